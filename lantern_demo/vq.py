@@ -1,0 +1,448 @@
+"""VQ image tokenizer: turn image-token ids back into pixels.
+
+Everything runs on :class:`diffusers.VQModel`. Two sources are supported:
+
+* LlamaGen's ``VQ_16`` tokenizer (``peizesun/llamagen_t2i``, ``vq_ds16_t2i.pt``),
+  converted on load by a table-driven rename (see :data:`LLAMAGEN_VQ_RENAMES`);
+* any ``VQModel`` saved with ``save_pretrained`` (e.g. the small emoji tokenizer
+  we train ourselves), loaded with :meth:`VQDecoder.from_pretrained`.
+
+LlamaGen checkpoint layout relied on (``torch.save`` pickle)
+------------------------------------------------------------
+A dict with the weights under ``"model"`` (a training checkpoint may also hold
+``"ema"``, ``"optimizer"``, ``"args"`` = ``argparse.Namespace``, ...). Keys
+(``*`` is ``encoder`` or ``decoder``)::
+
+    *.conv_in.{weight,bias}
+    *.conv_blocks.{i}.res.{j}.{norm1,conv1,norm2,conv2,nin_shortcut}.{weight,bias}
+    *.conv_blocks.{i}.attn.{j}.{norm,q,k,v,proj_out}.{weight,bias}   (q/k/v/proj_out: 1x1 convs)
+    encoder.conv_blocks.{i}.downsample.conv.{weight,bias}
+    decoder.conv_blocks.{i}.upsample.conv.{weight,bias}
+    *.mid.{0,1,2}       (resnet, attention, resnet)
+    *.norm_out, *.conv_out
+    quant_conv, post_quant_conv
+    quantize.embedding.weight   [V, D]  (L2-normalised at lookup time by LlamaGen)
+    quantize.codebook_used      (buffer, dropped)
+
+Decoder ``conv_blocks`` index 0 is the lowest resolution, which is also
+diffusers' ``up_blocks`` order, so block indices are kept as they are.
+
+The conversion folds LlamaGen's lookup-time L2 normalisation into the codebook
+(rows of ``quantize.embedding.weight`` are normalised), so that diffusers'
+plain lookup gives the same latents. The *raw* (un-normalised) codebook is
+kept separately: LANTERN's neighbour table is computed from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "LLAMAGEN_VQ_RENAMES",
+    "LLAMAGEN_VQ_DROP",
+    "ConvertedVQ",
+    "VQDecoder",
+    "convert_llamagen_vq_state_dict",
+    "llamagen_vq_config",
+    "llamagen_vq_config_from_state_dict",
+    "load_llamagen_checkpoint",
+    "load_llamagen_vq",
+]
+
+#: Neutral placeholder colour for not-yet-generated cells (RGB).
+PLACEHOLDER_RGB = (128, 128, 128)
+
+
+# ---------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------
+
+
+def llamagen_vq_config(
+    ch: int = 128,
+    ch_mult: Sequence[int] = (1, 1, 2, 2, 4),
+    z_channels: int = 256,
+    codebook_size: int = 16384,
+    codebook_dim: int = 8,
+    num_res_blocks: int = 2,
+    norm_groups: int = 32,
+    in_channels: int = 3,
+    out_channels: int = 3,
+    image_size: int = 256,
+) -> dict[str, Any]:
+    """``diffusers.VQModel`` constructor kwargs reproducing LlamaGen's VQ network.
+
+    Defaults are LlamaGen's ``VQ_16`` (ch 128, ch_mult (1,1,2,2,4): downsample 16,
+    z 256, codebook 16384 x 8, 2 res blocks per encoder level and 3 per decoder
+    level, GroupNorm(32)). Attention sits only at the lowest resolution (the last
+    encoder level, the first decoder level) and in both mid blocks. Pass smaller
+    widths for tests: ``ch`` and every ``ch * m`` must be divisible by ``norm_groups``.
+
+    Use as ``VQModel(**llamagen_vq_config(...))``.
+    """
+    ch_mult = tuple(int(m) for m in ch_mult)
+    n = len(ch_mult)
+    if n < 1:
+        raise ValueError("ch_mult must not be empty")
+    widths = tuple(ch * m for m in ch_mult)
+    for w in widths:
+        if w % norm_groups:
+            raise ValueError(f"channel width {w} is not divisible by norm_groups={norm_groups}")
+    if z_channels % norm_groups:
+        raise ValueError(f"z_channels={z_channels} is not divisible by norm_groups={norm_groups}")
+    return dict(
+        in_channels=in_channels,
+        out_channels=out_channels,
+        down_block_types=("DownEncoderBlock2D",) * (n - 1) + ("AttnDownEncoderBlock2D",),
+        up_block_types=("AttnUpDecoderBlock2D",) + ("UpDecoderBlock2D",) * (n - 1),
+        block_out_channels=widths,
+        layers_per_block=num_res_blocks,
+        act_fn="silu",
+        latent_channels=z_channels,
+        vq_embed_dim=codebook_dim,
+        num_vq_embeddings=codebook_size,
+        norm_num_groups=norm_groups,
+        norm_type="group",
+        mid_block_add_attention=True,
+        lookup_from_codebook=True,
+        sample_size=image_size,
+    )
+
+
+def llamagen_vq_config_from_state_dict(
+    sd: Mapping[str, Tensor], norm_groups: int = 32, image_size: int | None = None
+) -> dict[str, Any]:
+    """Infer :func:`llamagen_vq_config` kwargs from a LlamaGen VQ state dict.
+
+    Widths, depth, codebook shape and res-block count are read from tensor
+    shapes; ``norm_groups`` cannot be inferred (LlamaGen uses 32).
+    """
+    try:
+        codebook_size, codebook_dim = sd["quantize.embedding.weight"].shape
+        ch = sd["encoder.conv_in.weight"].shape[0]
+        z_channels = sd["post_quant_conv.weight"].shape[0]
+    except KeyError as e:  # pragma: no cover - message only
+        raise ValueError(f"not a LlamaGen VQ state dict: missing {e}") from None
+    levels = sorted({int(m.group(1)) for k in sd if (m := re.match(r"decoder\.conv_blocks\.(\d+)\.", k))})
+    if not levels or levels != list(range(len(levels))):
+        raise ValueError("not a LlamaGen VQ state dict: decoder.conv_blocks.* missing or not contiguous")
+    # decoder level i outputs ch * ch_mult[n-1-i]
+    dec_out = [sd[f"decoder.conv_blocks.{i}.res.0.conv2.weight"].shape[0] for i in levels]
+    ch_mult = tuple(w // ch for w in reversed(dec_out))
+    n_res = len({int(m.group(1)) for k in sd if (m := re.match(r"encoder\.conv_blocks\.0\.res\.(\d+)\.", k))})
+    if image_size is None:
+        image_size = 16 * 2 ** (len(ch_mult) - 1)
+    return llamagen_vq_config(
+        ch=ch,
+        ch_mult=ch_mult,
+        z_channels=z_channels,
+        codebook_size=codebook_size,
+        codebook_dim=codebook_dim,
+        num_res_blocks=n_res,
+        norm_groups=norm_groups,
+        image_size=image_size,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Conversion
+# ---------------------------------------------------------------------------
+
+#: Ordered (regex, replacement) rules; every rule is applied to every key in turn.
+LLAMAGEN_VQ_RENAMES: tuple[tuple[str, str], ...] = (
+    (r"^(encoder|decoder)\.norm_out\.", r"\1.conv_norm_out."),
+    (r"^(encoder|decoder)\.mid\.0\.", r"\1.mid_block.resnets.0."),
+    (r"^(encoder|decoder)\.mid\.1\.", r"\1.mid_block.attentions.0."),
+    (r"^(encoder|decoder)\.mid\.2\.", r"\1.mid_block.resnets.1."),
+    (r"^encoder\.conv_blocks\.(\d+)\.", r"encoder.down_blocks.\1."),
+    (r"^decoder\.conv_blocks\.(\d+)\.", r"decoder.up_blocks.\1."),  # same index, no reversal
+    (r"\.res\.(\d+)\.", r".resnets.\1."),
+    (r"\.attn\.(\d+)\.", r".attentions.\1."),
+    (r"\.downsample\.conv\.", r".downsamplers.0.conv."),
+    (r"\.upsample\.conv\.", r".upsamplers.0.conv."),
+    (r"\.nin_shortcut\.", r".conv_shortcut."),
+    (r"(attentions\.\d+)\.norm\.", r"\1.group_norm."),
+    (r"(attentions\.\d+)\.q\.", r"\1.to_q."),
+    (r"(attentions\.\d+)\.k\.", r"\1.to_k."),
+    (r"(attentions\.\d+)\.v\.", r"\1.to_v."),
+    (r"(attentions\.\d+)\.proj_out\.", r"\1.to_out.0."),
+)
+
+#: Source keys dropped by the conversion.
+LLAMAGEN_VQ_DROP: tuple[str, ...] = (r"^quantize\.codebook_used$",)
+
+#: Converted keys whose 1x1-conv weight [out, in, 1, 1] becomes a Linear weight [out, in].
+_CONV1X1_TO_LINEAR = re.compile(r"attentions\.\d+\.to_(q|k|v|out\.0)\.weight$")
+_CODEBOOK_KEY = "quantize.embedding.weight"
+
+
+@dataclass
+class ConvertedVQ:
+    """Result of :func:`convert_llamagen_vq_state_dict`.
+
+    state_dict: VQModel state dict (codebook rows L2-normalised).
+    raw_codebook: [V, D] the checkpoint's codebook as stored (un-normalised).
+    """
+
+    state_dict: dict[str, Tensor]
+    raw_codebook: Tensor
+
+
+def _rename(key: str) -> str:
+    for pat, rep in LLAMAGEN_VQ_RENAMES:
+        key = re.sub(pat, rep, key)
+    return key
+
+
+def convert_llamagen_vq_state_dict(sd: Mapping[str, Tensor], normalize_codebook: bool = True) -> ConvertedVQ:
+    """Convert a LlamaGen VQ state dict to ``diffusers.VQModel`` names and layouts.
+
+    Renames by :data:`LLAMAGEN_VQ_RENAMES`, reshapes attention 1x1 convs to
+    linear weights, drops :data:`LLAMAGEN_VQ_DROP`, L2-normalises the codebook
+    rows (LlamaGen normalises at lookup time; ``normalize_codebook=False`` keeps
+    them as stored). A leading ``module.`` (DDP) prefix is stripped.
+    """
+    if _CODEBOOK_KEY not in sd and f"module.{_CODEBOOK_KEY}" not in sd:
+        raise ValueError(f"not a LlamaGen VQ state dict: no {_CODEBOOK_KEY!r} (keys: {list(sd)[:5]}...)")
+    out: dict[str, Tensor] = {}
+    raw = None
+    for key, value in sd.items():
+        if key.startswith("module."):
+            key = key[len("module.") :]
+        if any(re.search(p, key) for p in LLAMAGEN_VQ_DROP):
+            continue
+        new = _rename(key)
+        if new in out:
+            raise ValueError(f"conversion maps two keys onto {new!r}")
+        if _CONV1X1_TO_LINEAR.search(new) and value.dim() == 4:
+            if value.shape[2:] != (1, 1):
+                raise ValueError(f"{key}: expected a 1x1 conv weight, got {tuple(value.shape)}")
+            value = value[:, :, 0, 0]
+        if new == _CODEBOOK_KEY:
+            raw = value.detach().clone()
+            if normalize_codebook:
+                value = F.normalize(value.float(), p=2, dim=-1).to(value.dtype)
+        out[new] = value
+    assert raw is not None
+    return ConvertedVQ(out, raw)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoint loading
+# ---------------------------------------------------------------------------
+
+
+def load_llamagen_checkpoint(path: str | os.PathLike, use_ema: bool = False) -> dict[str, Tensor]:
+    """Load LlamaGen VQ weights from a ``torch.save`` file, safely.
+
+    Uses ``torch.load(weights_only=True)``. If that refuses the file only
+    because of an ``argparse.Namespace`` (LlamaGen stores its ``args``), it is
+    retried with exactly that class allow-listed; anything else raises a
+    ``RuntimeError`` explaining why, and nothing is unpickled beyond tensors,
+    containers and ``Namespace``. Weights are taken from ``"ema"`` when
+    ``use_ema`` and present, else ``"model"``, else ``"state_dict"``, else the
+    file itself if it is a flat tensor dict.
+    """
+    path = os.fspath(path)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        try:
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()
+            hint = next((ln for ln in first if "Unsupported global" in ln), first[0] if first else "")
+            raise RuntimeError(
+                f"Refusing to load {path!r}: it contains Python objects other than tensors "
+                f"(torch.load(weights_only=True) failed: {hint.strip()}). Only plain weight "
+                "checkpoints are loaded, to avoid running arbitrary code from a pickle. "
+                "If you trust the file, re-save just its weights, e.g. "
+                "torch.save({'model': torch.load(path, weights_only=False)['model']}, 'clean.pt')."
+            ) from e
+    if not isinstance(ckpt, Mapping):
+        raise RuntimeError(f"{path!r}: expected a dict checkpoint, got {type(ckpt).__name__}")
+    for key in (("ema",) if use_ema else ()) + ("model", "state_dict"):
+        if key in ckpt and isinstance(ckpt[key], Mapping):
+            return dict(ckpt[key])
+    if ckpt and all(isinstance(v, Tensor) for v in ckpt.values()):
+        return dict(ckpt)
+    raise RuntimeError(f"{path!r}: no weights found under 'model' / 'ema' / 'state_dict' (keys: {sorted(ckpt)})")
+
+
+def load_llamagen_vq(
+    path: str | os.PathLike,
+    *,
+    use_ema: bool = False,
+    config: Mapping[str, Any] | None = None,
+    norm_groups: int = 32,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+):
+    """Build a ``VQModel`` from LlamaGen's ``vq_ds16_t2i.pt``; returns ``(vq, raw_codebook)``.
+
+    ``config`` (VQModel kwargs) defaults to one inferred from the weights' shapes.
+    """
+    from diffusers import VQModel
+
+    sd = load_llamagen_checkpoint(path, use_ema=use_ema)
+    conv = convert_llamagen_vq_state_dict(sd)
+    cfg = dict(config) if config is not None else llamagen_vq_config_from_state_dict(sd, norm_groups=norm_groups)
+    vq = VQModel(**cfg)
+    missing, unexpected = vq.load_state_dict(conv.state_dict, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(
+            f"{os.fspath(path)!r} does not match the VQ_16 layout: missing {missing[:8]}, unexpected {unexpected[:8]}"
+        )
+    vq.eval().requires_grad_(False).to(device=device, dtype=dtype)
+    return vq, conv.raw_codebook.float()
+
+
+# ---------------------------------------------------------------------------
+# Decoder wrapper
+# ---------------------------------------------------------------------------
+
+
+class VQDecoder:
+    """Decode raster image-token ids with any ``diffusers.VQModel``.
+
+    vq: the model (eval mode is set). grid: tokens per side, ``int`` or ``(H, W)``.
+    raw_codebook: [V, D] codebook for neighbour tables; defaults to the model's
+    own codebook (right for models we train; for LlamaGen pass the un-normalised one).
+    """
+
+    def __init__(self, vq, grid: int | tuple[int, int], raw_codebook: Tensor | None = None, fill_token: int = 0):
+        self.vq = vq.eval()
+        self.grid = (grid, grid) if isinstance(grid, int) else (int(grid[0]), int(grid[1]))
+        n_levels = len(vq.config.block_out_channels)
+        self.factor = 2 ** (n_levels - 1)
+        self.codebook_size = int(vq.config.num_vq_embeddings)
+        self.embed_dim = int(vq.quantize.embedding.weight.shape[1])
+        self._raw = None if raw_codebook is None else raw_codebook.detach().float().cpu()
+        if self._raw is not None and tuple(self._raw.shape) != (self.codebook_size, self.embed_dim):
+            raise ValueError(f"raw codebook {tuple(self._raw.shape)} != ({self.codebook_size}, {self.embed_dim})")
+        if not 0 <= fill_token < self.codebook_size:
+            raise ValueError(f"fill_token {fill_token} out of range")
+        self.fill_token = fill_token
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_llamagen(cls, path: str | os.PathLike, grid: int | tuple[int, int] = 16, **kw) -> "VQDecoder":
+        """From LlamaGen's ``vq_ds16_t2i.pt`` (kwargs go to :func:`load_llamagen_vq`)."""
+        vq, raw = load_llamagen_vq(path, **kw)
+        return cls(vq, grid, raw_codebook=raw)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        grid: int | tuple[int, int],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        **kw,
+    ) -> "VQDecoder":
+        """From a directory written by ``VQModel.save_pretrained`` (e.g. our emoji tokenizer)."""
+        from diffusers import VQModel
+
+        vq = VQModel.from_pretrained(os.fspath(path), **kw).to(device=device, dtype=dtype)
+        vq.requires_grad_(False)
+        return cls(vq, grid)
+
+    # -- properties ---------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(height, width) in pixels."""
+        return self.grid[0] * self.factor, self.grid[1] * self.factor
+
+    @property
+    def device(self) -> torch.device:
+        return self.vq.quantize.embedding.weight.device
+
+    def raw_codebook(self) -> Tensor:
+        """[V, D] float32 CPU codebook as trained/stored, for neighbour tables."""
+        if self._raw is not None:
+            return self._raw
+        return self.vq.quantize.embedding.weight.detach().float().cpu()
+
+    # -- decoding -----------------------------------------------------------
+    def _check_ids(self, ids: Tensor) -> Tensor:
+        ids = torch.as_tensor(ids)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[1] != self.num_tokens:
+            raise ValueError(f"expected ids [B, {self.num_tokens}], got {tuple(ids.shape)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.codebook_size):
+            raise ValueError(f"token ids must lie in [0, {self.codebook_size})")
+        return ids.to(device=self.device, dtype=torch.long)
+
+    @torch.inference_mode()
+    def decode(self, ids: Tensor, output: str = "uint8") -> Tensor:
+        """Decode ids [B, N] (raster order; [N] is taken as B = 1).
+
+        output="uint8": [B, H, W, 3] uint8 (0..255); output="float": [B, 3, H, W]
+        float32 in [-1, 1] (clamped).
+        """
+        if output not in ("uint8", "float"):
+            raise ValueError("output must be 'uint8' or 'float'")
+        ids = self._check_ids(ids)
+        b = ids.shape[0]
+        h, w = self.grid
+        shape = (b, h, w, self.embed_dim)
+        if self.vq.config.lookup_from_codebook:
+            x = self.vq.decode(ids, force_not_quantize=True, shape=shape).sample
+        else:  # a VQModel configured without codebook lookup: look up ourselves
+            quant = self.vq.quantize.get_codebook_entry(ids, shape)
+            x = self.vq.decode(quant, force_not_quantize=True).sample
+        x = x.float().clamp(-1, 1)
+        if output == "float":
+            return x
+        return ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+    def decode_pil(self, ids: Tensor) -> list:
+        """Decode ids [B, N] to a list of PIL images."""
+        from PIL import Image
+
+        return [Image.fromarray(a.numpy()) for a in self.decode(ids)]
+
+    @torch.inference_mode()
+    def decode_partial(self, ids: Tensor, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB):
+        """Decode a partly generated image; ids [N] with -1 at missing positions.
+
+        Missing positions are decoded with ``fill_token`` (only so that the
+        convolutional decoder has an input there) and their pixel blocks are then
+        painted with the neutral ``placeholder`` colour, so no decoded garbage is
+        shown. Generated cells next to missing ones can still be slightly
+        influenced by the fill (the decoder's receptive field spans cells); the
+        final full decode is exact. Returns a PIL image.
+        """
+        from PIL import Image
+
+        ids = torch.as_tensor(ids).reshape(-1).cpu().long()
+        if ids.numel() != self.num_tokens:
+            raise ValueError(f"expected {self.num_tokens} ids, got {ids.numel()}")
+        missing = ids < 0
+        h, w = self.grid
+        hp, wp = self.image_size
+        if bool(missing.all()):
+            img = torch.tensor(placeholder, dtype=torch.uint8).expand(hp, wp, 3).contiguous()
+            return Image.fromarray(img.numpy())
+        filled = torch.where(missing, torch.full_like(ids, self.fill_token), ids)
+        img = self.decode(filled[None])[0].clone()  # [H, W, 3] uint8
+        if bool(missing.any()):
+            cell = missing.view(h, w)
+            pix = cell.repeat_interleave(self.factor, 0).repeat_interleave(self.factor, 1)
+            img[pix] = torch.tensor(placeholder, dtype=torch.uint8)
+        return Image.fromarray(img.numpy())
