@@ -1,0 +1,400 @@
+"""Text encoders: prompts -> left-padded caption embeddings for the image GPT.
+
+One interface, :class:`TextEncoder`: ``encode(prompts) -> TextEmbedding`` with
+
+* ``emb``  [B, L, C]: L = the encoder's ``max_length``; valid tokens sit at the
+  END of each row (left padding), pad positions are exactly zero;
+* ``mask`` [B, L] bool, True at valid tokens;
+* ``notices``: one :class:`PromptNotice` per prompt (cleaned text, token count,
+  truncation, unknown words, empty) for the UI to show.
+
+Implementations:
+
+* :class:`T5TextEncoder` -- LlamaGen's text encoder (flan-t5-xl encoder; any T5
+  checkpoint directory works). Captions are cleaned (:func:`clean_caption`),
+  tokenised to at most 120 tokens (including ``</s>``), right-padded for the
+  encoder, then rotated so that the valid tokens come last and the pad
+  embeddings are zeroed -- the layout LlamaGen's GPT was trained with.
+* :class:`WordTextEncoder` -- a small trainable word-embedding table for our own
+  tiny model (an ``nn.Module``, trained jointly with the GPT).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "PromptNotice",
+    "TextEmbedding",
+    "TextEncoder",
+    "T5TextEncoder",
+    "WordTextEncoder",
+    "build_vocab",
+    "clean_caption",
+    "left_align",
+    "split_words",
+]
+
+
+# ---------------------------------------------------------------------------
+# Result types and interface
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class PromptNotice:
+    """What happened to one prompt on its way into the model.
+
+    prompt: as given; cleaned: the text the encoder actually saw;
+    n_tokens: valid positions in the embedding (for T5 including ``</s>``);
+    truncated: tokens beyond ``max_length`` were dropped; unknown_words: words
+    the vocabulary cannot represent (dropped by the word encoder, mapped to
+    ``<unk>`` by T5); empty: nothing of the prompt's content reached the model.
+    """
+
+    prompt: str
+    cleaned: str
+    n_tokens: int
+    truncated: bool = False
+    unknown_words: list[str] = field(default_factory=list)
+    empty: bool = False
+
+    def messages(self) -> list[str]:
+        """Human-readable warnings (empty list when nothing to report)."""
+        out = []
+        if self.empty:
+            out.append("The prompt has no usable words; the image is generated without a caption.")
+        if self.truncated:
+            out.append(f"The prompt is too long and was cut to {self.n_tokens} tokens.")
+        if self.unknown_words:
+            out.append("Unknown words ignored: " + ", ".join(self.unknown_words))
+        return out
+
+
+@dataclass
+class TextEmbedding:
+    """Left-padded caption embeddings: emb [B, L, C], mask [B, L] bool, notices (B)."""
+
+    emb: Tensor
+    mask: Tensor
+    notices: list[PromptNotice]
+
+    def __len__(self) -> int:
+        return self.emb.shape[0]
+
+    def to(self, device=None, dtype=None) -> "TextEmbedding":
+        return TextEmbedding(self.emb.to(device=device, dtype=dtype), self.mask.to(device=device), self.notices)
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """Anything that turns prompts into a :class:`TextEmbedding`."""
+
+    max_length: int  # L
+    dim: int  # C
+
+    def encode(self, prompts: Sequence[str]) -> TextEmbedding: ...
+
+
+def left_align(emb: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Move each row's valid tokens to the end and zero the padding.
+
+    emb [B, L, C], mask [B, L] with the valid tokens first (right padding, as a
+    tokenizer produces). Row b with n valid tokens becomes
+    ``cat(emb[b, n:], emb[b, :n])`` (pads first), i.e. a rotation by n, and
+    ``mask[b] = [False] * (L - n) + [True] * n``. Pad embeddings are set to 0.
+    """
+    b, L = mask.shape
+    n = mask.long().sum(dim=1, keepdim=True)  # [B, 1]
+    pos = torch.arange(L, device=mask.device)[None, :]  # [1, L]
+    src = (pos + n) % L  # new[j] = old[(j + n) % L]
+    out = torch.gather(emb, 1, src[..., None].expand(b, L, emb.shape[-1]))
+    new_mask = pos >= (L - n)
+    return out * new_mask[..., None].to(out.dtype), new_mask
+
+
+# ---------------------------------------------------------------------------
+# Caption cleaning (T5 / LlamaGen)
+# ---------------------------------------------------------------------------
+
+# Our own rule list approximating the caption cleaning LlamaGen applies before
+# T5 (inherited from PixArt / DeepFloyd IF): it lowercases, and removes web
+# debris (urls, html, @handles, file names, ids, shop phrases). Differences from
+# the original, on purpose: no ftfy/BeautifulSoup dependency (mojibake is not
+# repaired; tags are removed by a regex), and fewer alphanumeric-code rules.
+_CLEAN_RULES: tuple[tuple[re.Pattern, str], ...] = tuple(
+    (re.compile(p), r)
+    for p, r in (
+        (r"<person>", "person"),
+        (r"\b(?:https?://|www\.)\S*", ""),  # urls with a scheme or www.
+        (r"\b[\w.-]+\.(?:com|co|ru|net|org|edu|gov|it)\b[\w/.%?=&-]*", ""),  # bare domains
+        (r"<[^<>]{0,200}>", ""),  # html tags
+        (r"@\w+\b", ""),  # @handles
+        ("[\u31c0-\u9fff]+", ""),  # CJK strokes .. unified ideographs (not in the T5 training captions)
+        ("[\u058a\u05be\u1400\u1806\u2010-\u2015\u2e17\u2e1a\u2e3a\u2e3b\u2e40\u301c\u3030\u30a0"
+         "\ufe31\ufe32\ufe58\ufe63\uff0d-]+", "-"),  # every dash -> "-"
+        ("[`\u00b4\u00ab\u00bb\u201c\u201d\u00a8]", '"'),  # double quotes
+        ("[\u2018\u2019]", "'"),  # single quotes
+        (r"&quot;?|&amp;?", ""),  # leftover entities
+        (r"\b\d{1,3}(?:\.\d{1,3}){3}\b", " "),  # ip addresses
+        (r"\\n", " "),  # literal backslash-n
+        (r"#\d{1,3}\b|#\d{5,}\b|\b\d{6,}\b", ""),  # numbering / ids
+        (r"\S+\.(?:png|jpe?g|bmp|webp|eps|pdf|apk|mp4)\b", ""),  # file names
+        (r"[\"']{2,}", '"'),
+        (r"\.{2,}", " "),
+        (r"[#\u00ae\u2022\u00a9\u2122&@\u00b7\u00ba\u00bd\u00be\u00bf\u00a1\u00a7~()\[\]{}|\\/*]+", " "),
+        (r"\s+\.\s+", " "),
+        (r"\b[a-z]{1,3}\d{3,15}\b", ""),  # product codes like ab1234
+        (r"(?:worldwide\s+)?(?:free\s+)?shipping", ""),
+        (r"(?:free\s)?download(?:\sfree)?", ""),
+        (r"\bclick\b\s(?:for|on)\s\w+", ""),
+        (r"\bpage\s+\d+\b", ""),
+        (r"\b\d+(?:\.\d+)?[x\u0445\u00d7]\d+(?:\.\d+)?\b", ""),  # sizes like 1920x1080
+        (r"\s+:\s+", ": "),
+        (r"\s+", " "),
+    )
+)
+_MANY_SEPARATORS = re.compile(r"[-_]")
+_EDGE_RULES = tuple(
+    (re.compile(p), r)
+    for p, r in (
+        (r"^[\"']([\s\S]+)[\"']$", r"\1"),  # enclosing quotes
+        (r"^['_,\-:;]", ""),
+        (r"['_,\-:+]$", ""),
+        (r"^\.\S+$", ""),
+    )
+)
+
+
+def _clean_once(text: str) -> str:
+    s = urllib.parse.unquote_plus(str(text))
+    s = html.unescape(html.unescape(s)).strip().lower()
+    for pat, rep in _CLEAN_RULES[:-1]:
+        s = pat.sub(rep, s)
+    if len(_MANY_SEPARATORS.findall(s)) > 3:  # this-is-a-slug / snake_case
+        s = _MANY_SEPARATORS.sub(" ", s)
+    s = _CLEAN_RULES[-1][0].sub(" ", s).strip()
+    for pat, rep in _EDGE_RULES:
+        s = pat.sub(rep, s)
+    return s.strip()
+
+
+def clean_caption(text: str) -> str:
+    """Normalise a caption the way LlamaGen's T5 inputs were (approximately).
+
+    Lowercases; strips urls, html tags/entities, @handles, CJK ideographs, file
+    names, ip addresses, long numbers, shop phrases and stray punctuation;
+    unifies dashes and quotes; collapses whitespace. Applied twice, as LlamaGen
+    does. ``"A <b>red</b> cat  http://x.com/a.png"`` -> ``"a red cat"``.
+    """
+    return _clean_once(_clean_once(text))
+
+
+# ---------------------------------------------------------------------------
+# T5 (LlamaGen)
+# ---------------------------------------------------------------------------
+
+
+class T5TextEncoder:
+    """T5 encoder (LlamaGen: ``google/flan-t5-xl``) behind :class:`TextEncoder`.
+
+    model: ``transformers.T5EncoderModel``; tokenizer: its tokenizer (must append
+    ``</s>``). ``encode`` returns emb [B, max_length, d_model] in the model's dtype.
+    """
+
+    def __init__(self, model, tokenizer, max_length: int = 120, clean: bool = True):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.clean = clean
+        self.dim = int(model.config.d_model)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_length: int = 120,
+        clean: bool = True,
+        **model_kwargs,
+    ) -> "T5TextEncoder":
+        """Load encoder weights and tokenizer from a local directory (flan-t5-xl layout).
+
+        A full encoder-decoder checkpoint is fine: only the encoder is kept.
+        """
+        from transformers import AutoTokenizer, T5EncoderModel
+
+        path = os.fspath(path)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = T5EncoderModel.from_pretrained(path, dtype=dtype, **model_kwargs).to(device)
+        model.requires_grad_(False)
+        return cls(model, tok, max_length=max_length, clean=clean)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device=None, dtype=None) -> "T5TextEncoder":
+        self.model.to(device=device, dtype=dtype)
+        return self
+
+    def _unknown_words(self, texts: list[str]) -> list[list[str]]:
+        unk = self.tokenizer.unk_token_id
+        out: list[list[str]] = []
+        for text in texts:
+            words = text.split()
+            found: list[str] = []
+            if unk is not None and words:
+                ids = self.tokenizer(words, add_special_tokens=False)["input_ids"]
+                found = [w for w, t in zip(words, ids) if unk in t]
+            out.append(list(dict.fromkeys(found)))
+        return out
+
+    @torch.inference_mode()
+    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
+        prompts = [str(p) for p in prompts]
+        texts = [clean_caption(p) if self.clean else p.strip() for p in prompts]
+        full_len = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+        batch = self.tokenizer(
+            texts,
+            max_length=self.max_length,
+            padding="max_length",
+            truncation=True,
+            add_special_tokens=True,
+            return_attention_mask=True,
+            return_tensors="pt",
+        )
+        ids = batch["input_ids"].to(self.device)
+        mask = batch["attention_mask"].to(self.device)
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        emb, new_mask = left_align(hidden, mask.bool())
+        unknown = self._unknown_words(texts)
+        notices = [
+            PromptNotice(
+                prompt=p,
+                cleaned=t,
+                n_tokens=int(m.sum()),
+                truncated=n > self.max_length,
+                unknown_words=u,
+                empty=not t,
+            )
+            for p, t, n, m, u in zip(prompts, texts, full_len, mask, unknown)
+        ]
+        return TextEmbedding(emb, new_mask, notices)
+
+
+# ---------------------------------------------------------------------------
+# Word-level encoder (our tiny model)
+# ---------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+")
+WORD_VOCAB_FILE = "vocab.json"
+WORD_WEIGHTS_FILE = "text_encoder.safetensors"
+_WORD_FORMAT = "lantern-word-text-encoder/1"
+
+
+def split_words(text: str) -> list[str]:
+    """Lowercase and split on everything that is not a letter or digit (Unicode-aware)."""
+    return _WORD.findall(str(text).lower())
+
+
+def build_vocab(captions: Iterable[str], min_count: int = 1, max_size: int | None = None) -> list[str]:
+    """Words seen at least ``min_count`` times, most frequent first (ties alphabetical)."""
+    counts = Counter(w for c in captions for w in split_words(c))
+    words = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
+    return words[:max_size] if max_size is not None else words
+
+
+class WordTextEncoder(nn.Module):
+    """Trainable word embeddings behind :class:`TextEncoder`.
+
+    vocab: list of words (id of ``vocab[i]`` is ``i + 1``; 0 is padding).
+    Prompts are split with :func:`split_words`; unknown words are dropped and
+    reported; at most ``max_length`` known words are kept (the rest truncated).
+    A prompt with no known word gives an all-padding row (mask all False) and an
+    ``empty`` notice. Gradients flow through :meth:`encode` / :meth:`forward`.
+    """
+
+    def __init__(self, vocab: Sequence[str], dim: int = 64, max_length: int = 16, init_std: float = 0.02):
+        super().__init__()
+        vocab = [str(w) for w in vocab]
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("vocab has duplicate words")
+        self.vocab = vocab
+        self.index = {w: i + 1 for i, w in enumerate(vocab)}
+        self.dim = int(dim)
+        self.max_length = int(max_length)
+        self.embedding = nn.Embedding(len(vocab) + 1, self.dim, padding_idx=0)
+        nn.init.normal_(self.embedding.weight, std=init_std)
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
+
+    def tokenize(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor, list[PromptNotice]]:
+        """-> ids [B, L] int64 (left-padded with 0), mask [B, L] bool, notices."""
+        L = self.max_length
+        ids = torch.zeros(len(prompts), L, dtype=torch.long)
+        notices = []
+        for b, p in enumerate(prompts):
+            words = split_words(p)
+            known = [self.index[w] for w in words if w in self.index]
+            unknown = list(dict.fromkeys(w for w in words if w not in self.index))
+            kept = known[:L]
+            if kept:
+                ids[b, L - len(kept):] = torch.tensor(kept)
+            notices.append(
+                PromptNotice(
+                    prompt=str(p),
+                    cleaned=" ".join(self.vocab[i - 1] for i in kept),
+                    n_tokens=len(kept),
+                    truncated=len(known) > L,
+                    unknown_words=unknown,
+                    empty=not kept,
+                )
+            )
+        return ids, ids != 0, notices
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids [B, L] (0 = pad) -> emb [B, L, C], zero at pads."""
+        return self.embedding(ids) * (ids != 0)[..., None].to(self.embedding.weight.dtype)
+
+    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
+        ids, mask, notices = self.tokenize(prompts)
+        dev = self.embedding.weight.device
+        ids, mask = ids.to(dev), mask.to(dev)
+        return TextEmbedding(self(ids), mask, notices)
+
+    # -- persistence --------------------------------------------------------
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json``."""
+        from safetensors.torch import save_file
+
+        os.makedirs(directory, exist_ok=True)
+        meta = {"format": _WORD_FORMAT, "dim": self.dim, "max_length": self.max_length, "vocab": self.vocab}
+        with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, ensure_ascii=False, indent=0)
+        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
+                  os.path.join(directory, WORD_WEIGHTS_FILE))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, device: str | torch.device = "cpu") -> "WordTextEncoder":
+        from safetensors.torch import load_file
+
+        with open(os.path.join(directory, WORD_VOCAB_FILE), encoding="utf-8") as f:
+            meta = json.load(f)
+        if meta.get("format") != _WORD_FORMAT:
+            raise ValueError(f"{directory}: not a word text encoder (format {meta.get('format')!r})")
+        enc = cls(meta["vocab"], dim=meta["dim"], max_length=meta["max_length"])
+        enc.load_state_dict(load_file(os.path.join(directory, WORD_WEIGHTS_FILE)))
+        return enc.to(device)
