@@ -1,0 +1,554 @@
+"""The decoding engine: AR, speculative chains, EAGLE-2 trees, LANTERN, LANTERN++.
+
+``decode`` drives a ``Target`` and (for speculative methods) a ``Drafter``
+(see ``protocol.py``) and yields one ``Step`` per target forward pass; the
+prefill pass, which yields token 0, is step 0. ``summarize`` turns the steps
+into the statistics the UI and the benchmark show. Nothing else recomputes them.
+
+One speculative step, with ``n`` committed tokens whose last one (the
+*pending* token) is not yet in the target's cache:
+1. the drafter is fed the real entries committed last step (target hidden
+   states + tokens) and predicts the token after the pending one;
+2. it drafts a chain (sampled from q) or a tree (top-k children, EAGLE-2's
+   dynamic selection by cumulative draft log-probability, or a static shape);
+3. the target verifies pending token + drafts in ONE forward pass (tree
+   attention mask for trees);
+4. acceptance (``acceptance.py``) walks the drafts; the first rejection yields a
+   correction token, a fully accepted path a bonus token;
+5. both KV caches keep only the accepted path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from .acceptance import Relaxation, accept_at_node, active, chain_accept_prob, chain_residual, greedy_accepts
+from .protocol import Drafter, Target
+from .sampling import SamplingConfig, draw, pick, probs_from_logits
+from .trees import Tree, ancestor_mask, static_tree, validate_shape
+
+METHODS = ("ar", "sd", "eagle", "lantern", "lantern++")
+DRAFTS = ("chain", "tree", "static")
+_DEFAULT_DRAFT = {"sd": "chain", "eagle": "tree", "lantern": "tree", "lantern++": "static"}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """A decoding method and its parameters.
+
+    method: "ar" | "sd" (exact, chain) | "eagle" (exact, dynamic tree) |
+        "lantern" (relaxed, delta and k) | "lantern++" (relaxed, lam and k; static tree).
+    draft: "chain" | "tree" (EAGLE-2 dynamic) | "static" (LANTERN++); None = the method's default.
+    gamma: chain length. depth: tree levels. top_k: children per expanded node.
+    total_tokens: tree nodes verified per step including the root (dynamic and static).
+    static_shape: explicit static tree as paths of child ranks (None = ``static_tree(...)``).
+    delta, k, lam: the relaxation (``acceptance.Relaxation``); lam only for lantern++,
+        where delta caps the per-position TVD as well (1 = no cap).
+    """
+
+    method: str = "lantern"
+    draft: str | None = None
+    gamma: int = 4
+    depth: int = 5
+    top_k: int = 10
+    total_tokens: int = 59
+    static_shape: tuple[tuple[int, ...], ...] | None = None
+    delta: float = 0.2
+    k: int = 100
+    lam: float = 2.0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    @property
+    def shape(self) -> str | None:
+        """The drafting shape actually used (None for AR)."""
+        if self.method == "ar":
+            return None
+        return self.draft or _DEFAULT_DRAFT[self.method]
+
+    @property
+    def relaxed(self) -> bool:
+        return self.method in ("lantern", "lantern++")
+
+    def validate(self) -> None:
+        """Raise ValueError with a clear message for any out-of-range parameter."""
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
+        if self.draft is not None and self.draft not in DRAFTS:
+            raise ValueError(f"unknown draft shape {self.draft!r}; choose one of {DRAFTS}")
+        checks = [
+            ("gamma", self.gamma, 1, 64),
+            ("depth", self.depth, 1, 32),
+            ("top_k", self.top_k, 1, 64),
+            ("total_tokens", self.total_tokens, 2, 1024),
+        ]
+        for name, value, lo, hi in checks:
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+        if not 0.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta must be in [0, 1], got {self.delta}")
+        if self.k < 0:
+            raise ValueError(f"k must be >= 0, got {self.k}")
+        if self.lam < 1.0:
+            raise ValueError(f"lambda must be >= 1, got {self.lam}")
+        if self.static_shape is not None:
+            validate_shape(self.static_shape)
+        self.sampling.validate()
+
+    def relaxation(self, neighbors: Tensor | None) -> Relaxation | None:
+        """The Relaxation for this method (None for exact methods)."""
+        if not self.relaxed:
+            return None
+        if neighbors is None:
+            raise ValueError(f"method {self.method!r} needs a codebook neighbour table")
+        k = min(self.k, neighbors.shape[1])
+        lam = self.lam if self.method == "lantern++" else None
+        return Relaxation(neighbors, k, self.delta, lam)
+
+
+@dataclass
+class Step:
+    """One target forward pass and the tokens it committed.
+
+    start: position of the first committed token; tokens: committed ids.
+    source: per committed token, the draft depth it was accepted at (>= 1), or 0
+        when the target sampled it (correction, bonus, AR, or the prefill's token).
+    drafted: draft tokens proposed this step. tvd: per committed token, the mass
+        the relaxation moved at that position (0 for exact methods).
+    draft_time, target_time, accept_time: seconds spent in the drafter, the target
+        forward, and the acceptance logic. elapsed: seconds since decoding started.
+    """
+
+    index: int
+    start: int
+    tokens: list[int]
+    source: list[int]
+    drafted: int
+    tvd: list[float]
+    draft_time: float
+    target_time: float
+    accept_time: float
+    elapsed: float
+    drafter_passes: int = 0
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def decode(
+    target: Target,
+    drafter: Drafter | None,
+    cond: Any,
+    config: DecodeConfig,
+    num_tokens: int,
+    seed: int = 0,
+    neighbors: Tensor | None = None,
+) -> Iterator[Step]:
+    """Generate ``num_tokens`` image tokens, yielding a ``Step`` per target pass.
+
+    cond: the model's condition (see ``Target.prefill``). neighbors: [V, K]
+    codebook neighbour table, needed by the relaxed methods. Randomness comes
+    only from a CPU ``torch.Generator`` seeded with ``seed``: the same inputs
+    give the same tokens on the same device.
+    """
+    config.validate()
+    if config.method != "ar" and drafter is None:
+        raise ValueError(f"method {config.method!r} needs a drafter")
+    relax = active(config.relaxation(neighbors))
+    cfg = config.sampling
+    gen = torch.Generator().manual_seed(int(seed))
+    shape = config.shape
+    width = 1 + (config.gamma if shape == "chain" else config.total_tokens if shape else 0)
+    max_tokens = num_tokens + width + 1
+
+    t_start = time.perf_counter()
+    prefix = target.prefill(cond, cfg.rows, max_tokens)
+    device = prefix.logits.device
+    p0 = probs_from_logits(prefix.logits, cfg)
+    token = int(pick(p0, torch.rand((), generator=gen).to(device), cfg.greedy))
+    t_target = _clock(device) - t_start
+    yield Step(0, 0, [token], [0], 0, [0.0], 0.0, t_target, 0.0, time.perf_counter() - t_start)
+
+    if shape is None:
+        yield from _decode_ar(target, token, config, num_tokens, gen, device, t_start)
+        return
+    assert drafter is not None
+    t0 = time.perf_counter()
+    drafter.prefill(cond, cfg.rows, prefix, max_tokens)
+    prefill_draft_time = _clock(device) - t0
+    state = _SpecState(
+        target=target,
+        drafter=drafter,
+        config=config,
+        relax=relax,
+        gen=gen,
+        device=device,
+        num_tokens=num_tokens,
+        static_shape=_static_shape(config) if shape == "static" else None,
+    )
+    new_tokens, features = [token], prefix.hidden[:, -1:]
+    committed, index = 1, 1
+    while committed < num_tokens:
+        step = state.step(index, committed, new_tokens, features)
+        step.draft_time += prefill_draft_time if index == 1 else 0.0
+        step.elapsed = time.perf_counter() - t_start
+        committed += len(step.tokens)
+        new_tokens, features = state.next_tokens, state.next_features
+        yield step
+        index += 1
+
+
+def _decode_ar(
+    target: Target, token: int, config: DecodeConfig, num_tokens: int, gen: torch.Generator,
+    device: torch.device, t_start: float,
+) -> Iterator[Step]:
+    cfg = config.sampling
+    for pos in range(1, num_tokens):
+        t0 = time.perf_counter()
+        logits, _ = target.forward(torch.tensor([token], device=device), torch.tensor([pos - 1], device=device))
+        p = probs_from_logits(logits[:, 0], cfg)
+        token = int(pick(p, torch.rand((), generator=gen).to(device), cfg.greedy))
+        t1 = _clock(device)
+        yield Step(pos, pos, [token], [0], 0, [0.0], 0.0, t1 - t0, 0.0, t1 - t_start)
+
+
+def _static_shape(config: DecodeConfig) -> tuple[tuple[int, ...], ...]:
+    if config.static_shape is not None:
+        return config.static_shape
+    return static_tree(config.total_tokens - 1, config.depth, config.top_k)
+
+
+@dataclass
+class _SpecState:
+    """Per-request state of a speculative decode (never shared between requests)."""
+
+    target: Target
+    drafter: Drafter
+    config: DecodeConfig
+    relax: Relaxation | None
+    gen: torch.Generator
+    device: torch.device
+    num_tokens: int
+    static_shape: tuple[tuple[int, ...], ...] | None
+    next_tokens: list[int] = field(default_factory=list)
+    next_features: Tensor | None = None
+    drafter_passes: int = 0
+
+    def _rand(self, n: int) -> Tensor:
+        return torch.rand(n, generator=self.gen)
+
+    def _probs(self, logits: Tensor) -> Tensor:
+        return probs_from_logits(logits, self.config.sampling)
+
+    def _draft_forward(self, tokens: Tensor, features: Tensor, positions: Tensor, mask: Tensor | None):
+        self.drafter_passes += 1
+        return self.drafter.forward(tokens, features, positions, mask)
+
+    def step(self, index: int, committed: int, new_tokens: list[int], features: Tensor) -> Step:
+        """One draft-verify-accept round. ``new_tokens`` end with the pending token."""
+        dev = self.device
+        pending_pos = committed - 1
+        levels = min(self.config.gamma if self.config.shape == "chain" else self.config.depth,
+                     self.num_tokens - committed)
+        self.drafter_passes = 0
+        t0 = time.perf_counter()
+        first = pending_pos - len(new_tokens) + 1
+        d_logits, d_feats = self._draft_forward(
+            torch.tensor(new_tokens, device=dev), features, torch.arange(first, pending_pos + 1, device=dev), None
+        )
+        real_len = self.drafter.length
+        root_logits, root_feat = d_logits[:, -1], d_feats[:, -1:]
+        if self.config.shape == "chain":
+            drafts, q = self._draft_chain(root_logits, root_feat, pending_pos, levels)
+            tree = Tree(drafts, torch.arange(levels, device=dev), torch.arange(1, levels + 1, device=dev))
+        else:
+            tree = self._draft_tree(root_logits, root_feat, pending_pos, levels, real_len)
+            q = None
+        self.drafter.keep(real_len, torch.zeros(0, dtype=torch.long, device=dev))
+        t1 = _clock(dev)
+
+        tokens = torch.cat([torch.tensor([new_tokens[-1]], device=dev), tree.tokens])
+        positions = pending_pos + torch.cat([torch.zeros(1, dtype=torch.long, device=dev), tree.depth])
+        mask = None
+        if self.config.shape != "chain":
+            anc = ancestor_mask(tree.parents, tree.depth)
+            mask = torch.cat([torch.ones(tree.size + 1, self.target.length, dtype=torch.bool, device=dev), anc], 1)
+        logits, hidden = self.target.forward(tokens, positions, mask)
+        p = self._probs(logits)
+        t2 = _clock(dev)
+
+        if q is not None:
+            path, token, source, tvd = self._accept_chain(p, q, tree.tokens)
+        else:
+            path, token, source, tvd = self._accept_tree(p, tree)
+        out = [int(tree.tokens[i - 1]) for i in path[1:]]
+        if committed + len(out) < self.num_tokens:
+            out.append(token)
+            source.append(0)
+        tvd = tvd[: len(out)]
+        keep = torch.tensor(path, device=dev)
+        self.target.keep(pending_pos, keep)
+        self.next_tokens = out
+        self.next_features = hidden[:, keep]
+        t3 = _clock(dev)
+        return Step(index, committed, out, source, tree.size, tvd, t1 - t0, t2 - t1, t3 - t2, 0.0,
+                    self.drafter_passes)
+
+    # ------------------------------------------------------------------ drafting
+
+    def _draft_chain(self, logits: Tensor, feat: Tensor, pending_pos: int, levels: int):
+        """Sample (or argmax) ``levels`` tokens from the drafter. Returns drafts [L], q [L, V]."""
+        cfg = self.config.sampling
+        u = self._rand(levels).to(self.device)
+        drafts, qs = [], []
+        for i in range(levels):
+            q = self._probs(logits)
+            tok = pick(q, u[i], cfg.greedy)
+            drafts.append(tok)
+            qs.append(q)
+            if i + 1 < levels:
+                out, feats = self._draft_forward(tok.view(1), feat, torch.tensor([pending_pos + i + 1], device=self.device), None)
+                logits, feat = out[:, 0], feats
+        return torch.stack(drafts), torch.stack(qs)
+
+    def _draft_tree(self, logits: Tensor, feat: Tensor, pending_pos: int, levels: int, real_len: int) -> Tree:
+        """Expand a draft tree level by level, one drafter pass per level below the first.
+
+        Dynamic (EAGLE-2): every expanded node gets its top_k children, scored by
+        cumulative draft log-probability; the top_k best new nodes are expanded
+        next; finally the best total_tokens - 1 nodes are kept. Static: the
+        shape's paths pick children by draft rank.
+        """
+        dev = self.device
+        k = self.config.top_k
+        static = self.static_shape
+        if static is not None:
+            static = tuple(p for p in static if len(p) <= levels)
+            k = max(p[-1] for p in static) + 1
+        logq = torch.log(self._probs(logits)).unsqueeze(0)  # [1, V]
+        # node pool (node id = index in these lists; parent -1 = root)
+        pool_tok: list[Tensor] = []
+        pool_score: list[Tensor] = []
+        pool_parent: list[Tensor] = []
+        pool_depth: list[int] = []
+        paths: list[tuple[int, ...]] = []
+        parent_ids = torch.tensor([-1], device=dev)
+        parent_scores = torch.zeros(1, device=dev)
+        parent_paths: list[tuple[int, ...]] = [()]
+        fed_rows: dict[int, int] = {}  # node id -> row in the drafter's speculative entries
+        spec_anc = torch.zeros(0, 0, dtype=torch.bool, device=dev)
+        out_feats = feat  # [R, n_parents, D] output feature of each parent
+        for d in range(1, levels + 1):
+            n_par = parent_ids.shape[0]
+            top_lp, top_tok = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)  # [n_par, k]
+            scores = parent_scores[:, None] + top_lp
+            ranks = torch.arange(top_tok.shape[1], device=dev).expand(n_par, -1)
+            keep = torch.isfinite(scores)
+            if static is not None:
+                wanted = set(p for p in static if len(p) == d)
+                keep &= torch.tensor(
+                    [[parent_paths[i] + (r,) in wanted for r in range(top_tok.shape[1])] for i in range(n_par)],
+                    device=dev,
+                )
+            sel_parent, sel_rank = torch.nonzero(keep, as_tuple=True)
+            if sel_parent.numel() == 0:
+                break
+            start = len(pool_depth)
+            pool_tok.append(top_tok[sel_parent, sel_rank])
+            pool_score.append(scores[sel_parent, sel_rank])
+            pool_parent.append(parent_ids[sel_parent])
+            pool_depth.extend([d] * sel_parent.numel())
+            new_paths = [parent_paths[i] + (r,) for i, r in zip(sel_parent.tolist(), sel_rank.tolist())]
+            paths.extend(new_paths)
+            if d == levels:
+                break
+            # choose the nodes to expand at the next level
+            new_scores = pool_score[-1]
+            if static is not None:
+                has_kids = {p[:-1] for p in static if len(p) == d + 1}
+                expand = torch.tensor([i for i, p in enumerate(new_paths) if p in has_kids], dtype=torch.long, device=dev)
+            else:
+                expand = torch.topk(new_scores, min(k, new_scores.numel())).indices
+            if expand.numel() == 0:
+                break
+            # feed them to the drafter: features = their parents' output features
+            exp_par_local = sel_parent[expand]
+            tokens = pool_tok[-1][expand]
+            feats_in = out_feats[:, exp_par_local]
+            par_ids = parent_ids[exp_par_local].tolist()
+            n_fed, n_new = spec_anc.shape[0], expand.numel()
+            anc = torch.zeros(n_new, n_fed + n_new, dtype=torch.bool, device=dev)
+            for row, pid in enumerate(par_ids):
+                if pid >= 0:
+                    anc[row, :n_fed] = spec_anc[fed_rows[pid]]
+                anc[row, n_fed + row] = True
+            grown = torch.zeros(n_fed + n_new, n_fed + n_new, dtype=torch.bool, device=dev)
+            grown[:n_fed, :n_fed] = spec_anc
+            grown[n_fed:] = anc
+            spec_anc = grown
+            for row, e in enumerate(expand.tolist()):
+                fed_rows[start + e] = n_fed + row
+            mask = torch.cat([torch.ones(n_new, real_len, dtype=torch.bool, device=dev), anc], 1)
+            positions = torch.full((n_new,), pending_pos + d, device=dev)
+            d_logits, d_feats = self._draft_forward(tokens, feats_in, positions, mask)
+            logq = torch.log(self._probs(d_logits))  # [n_new, V]
+            out_feats = d_feats
+            parent_ids = start + expand
+            parent_scores = new_scores[expand]
+            parent_paths = [new_paths[e] for e in expand.tolist()]
+        tok = torch.cat(pool_tok)
+        score = torch.cat(pool_score)
+        parent = torch.cat(pool_parent)
+        depth = torch.tensor(pool_depth, device=dev)
+        if static is None and tok.numel() > self.config.total_tokens - 1:
+            # best nodes by score; ties keep pool order, which lists parents first
+            order = torch.sort(-score, stable=True).indices[: self.config.total_tokens - 1]
+            chosen = torch.zeros(tok.numel(), dtype=torch.bool, device=dev)
+            chosen[order] = True
+        else:
+            chosen = torch.ones(tok.numel(), dtype=torch.bool, device=dev)
+        ids = torch.nonzero(chosen).squeeze(1)
+        # order: by depth, then parent's order, then score (descending) = try order
+        remap = {}
+        ordered: list[int] = []
+        for d in range(1, int(depth.max()) + 1):
+            level = ids[depth[ids] == d].tolist()
+            level.sort(key=lambda i: (remap.get(int(parent[i]), -1), -float(score[i])))
+            for i in level:
+                remap[i] = len(ordered)
+                ordered.append(i)
+        idx = torch.tensor(ordered, dtype=torch.long, device=dev)
+        parents = torch.tensor([remap[int(parent[i])] + 1 if int(parent[i]) >= 0 else 0 for i in ordered], device=dev)
+        return Tree(tok[idx], parents.long(), depth[idx])
+
+    # ------------------------------------------------------------------ acceptance
+
+    def _accept_chain(self, p: Tensor, q: Tensor, drafts: Tensor):
+        """Rule 2 (sampled) or 3 (greedy) along a chain. p: [L+1, V], q: [L, V], drafts: [L].
+
+        Returns (path: verify-call indices of root + accepted drafts, the correction or
+        bonus token, source depths of the accepted drafts, moved mass per decided position).
+        """
+        L = drafts.shape[0]
+        if self.config.sampling.greedy:
+            ok, moved = greedy_accepts(p[:L], drafts, self.relax)
+            n_acc = int(torch.cumprod(ok.long(), 0).sum())
+            token = int(p[n_acc].argmax())
+            tvd = moved[:n_acc].tolist() + [0.0]
+        else:
+            u = self._rand(L + 1).to(self.device)
+            ok = u[:L] < chain_accept_prob(p[:L], q, drafts, self.relax)
+            n_acc = int(torch.cumprod(ok.long(), 0).sum())
+            decided = min(n_acc + 1, L)
+            residual, tvd_t = chain_residual(p[:decided], q[:decided], self.relax)
+            tvd = tvd_t.tolist() + ([0.0] if n_acc == L else [])
+            token = int(draw(residual[n_acc] if n_acc < L else p[L], u[L]))
+        path = list(range(n_acc + 1))
+        return path, token, list(range(1, n_acc + 1)), tvd
+
+    def _accept_tree(self, p: Tensor, tree: Tree):
+        """Rules 1 (sampled) or 3 (greedy) walked from the root. p: [M+1, V]."""
+        kids = tree.children()
+        greedy = self.config.sampling.greedy
+        u = self._rand(int(tree.depth.max()) + 1 if tree.size else 1).tolist()
+        node, path, tvd = 0, [0], []
+        while True:
+            children = kids[node]
+            level = len(path) - 1
+            if not children:
+                token = int(p[node].argmax()) if greedy else int(draw(p[node], p.new_tensor(u[level])))
+                tvd.append(0.0)
+                break
+            idx = torch.tensor(children, device=self.device)
+            cands = tree.tokens[idx - 1]
+            if greedy:
+                ok, moved = greedy_accepts(p[node].expand(len(children), -1), cands, self.relax)
+                hit = torch.nonzero(ok)
+                choice = int(hit[0]) if hit.numel() else -1
+                token = int(cands[choice]) if choice >= 0 else int(p[node].argmax())
+                moved_mass = float(moved[choice]) if choice >= 0 else 0.0
+            else:
+                choice, token, moved_mass = accept_at_node(p[node], cands, u[level], self.relax)
+            tvd.append(moved_mass)
+            if choice < 0:
+                break
+            node = children[choice]
+            path.append(node)
+        depth_of = tree.depth.tolist()
+        source = [depth_of[i - 1] for i in path[1:]]
+        return path, token, source, tvd
+
+
+@dataclass
+class Result:
+    """A finished generation: tokens [N] and its steps."""
+
+    tokens: Tensor
+    steps: list[Step]
+    config: DecodeConfig
+    stats: dict[str, float]
+
+
+def generate(
+    target: Target,
+    drafter: Drafter | None,
+    cond: Any,
+    config: DecodeConfig,
+    num_tokens: int,
+    seed: int = 0,
+    neighbors: Tensor | None = None,
+) -> Result:
+    """Run ``decode`` to the end and summarise it."""
+    steps = list(decode(target, drafter, cond, config, num_tokens, seed, neighbors))
+    tokens = torch.tensor([t for s in steps for t in s.tokens])
+    return Result(tokens, steps, config, summarize(steps))
+
+
+def summarize(steps: list[Step]) -> dict[str, float]:
+    """Statistics of a (possibly partial) run.
+
+    nfe: target forward passes including the prefill; tokens: tokens committed;
+    mean_accepted: tokens per target pass (the paper's step compression);
+    accepted_drafts / drafted: draft tokens accepted / proposed; acceptance_rate;
+    drafter_passes; wall_time (s, prefill to last token); tokens_per_s;
+    first_token_latency (s); mean_tvd: mean mass moved by the relaxation per token;
+    draft_time / target_time / accept_time (s); accept_overhead: acceptance-logic
+    time per verification step relative to the target forward time.
+    """
+    if not steps:
+        return {}
+    tokens = sum(len(s.tokens) for s in steps)
+    accepted = sum(1 for s in steps for src in s.source if src > 0)
+    drafted = sum(s.drafted for s in steps)
+    wall = steps[-1].elapsed
+    target_time = sum(s.target_time for s in steps)
+    accept_time = sum(s.accept_time for s in steps)
+    verify_steps = max(1, sum(1 for s in steps[1:] if s.drafted > 0))
+    verify_target = sum(s.target_time for s in steps[1:] if s.drafted > 0)
+    return {
+        "nfe": float(len(steps)),
+        "tokens": float(tokens),
+        "mean_accepted": tokens / len(steps),
+        "accepted_drafts": float(accepted),
+        "drafted": float(drafted),
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "drafter_passes": float(sum(s.drafter_passes for s in steps)),
+        "wall_time": wall,
+        "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        "first_token_latency": steps[0].elapsed,
+        "mean_tvd": sum(sum(s.tvd) for s in steps) / tokens,
+        "draft_time": sum(s.draft_time for s in steps),
+        "target_time": target_time,
+        "accept_time": accept_time,
+        "accept_time_per_step": accept_time / verify_steps,
+        "target_time_per_step": verify_target / verify_steps,
+    }
+
+
