@@ -1,0 +1,544 @@
+"""LlamaGen's text-to-image GPT in one readable file (the LANTERN *target*).
+
+Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``):
+
+* a decoder-only Llama: RMSNorm (computed in float32), SwiGLU MLP, no biases,
+  multi-head attention (no GQA), ``F.scaled_dot_product_attention``;
+* the condition is a T5 caption embedding ``[cls_token_num, caption_dim]``
+  projected by ``cls_embedding.cap_proj`` (fc1 -> tanh-GELU -> fc2, no biases);
+  its output fills the ``P = cls_token_num`` prefix positions; the unconditional
+  row of classifier-free guidance uses the buffer ``cls_embedding.uncond_embedding``;
+* image tokens are VQ indices in raster order; image token ``i`` sits at
+  sequence position ``P + i``; the logits at sequence position ``P - 1 + i``
+  predict image token ``i`` (so the last prefix position predicts token 0);
+* 2D rotary embedding as in LlamaGen: of the ``head_dim / 2`` rotary pairs
+  (adjacent elements ``(2m, 2m+1)``, not the "rotate_half" layout) the first
+  half rotate with the image row ``i // grid`` and the second half with the
+  column ``i % grid``; prefix positions get ``cos = sin = 0`` (their q and k are
+  zero), which is what the released weights were trained with. Positions
+  ``>= grid * grid`` (speculative overshoot) also get zeros, as in the LANTERN
+  release's padded table.
+
+Module names follow the HF-style layout (``embed_tokens``, ``layers.i.self_attn.q_proj``,
+``mlp.gate_proj``, ``input_layernorm``, ...) so that our ``state_dict`` is the
+HF-style checkpoint without its ``model.`` prefix; ``lantern_demo.checkpoints``
+converts from/to the original FoundationVision layout.
+
+The condition ``cond`` accepted by :meth:`GPT.prefill` (see :func:`prepare_caption`):
+
+* ``None``: unconditional; every row uses ``uncond_embedding``;
+* a tensor ``[L, caption_dim]`` (or ``[1, L, caption_dim]``), ``1 <= L <= P``:
+  the *valid* caption tokens in order. When ``L < P`` they are LEFT-padded with
+  zero rows to ``P`` (valid tokens at the end, as LlamaGen does) and the padded
+  positions are masked out as attention keys;
+* a tensor ``[P, caption_dim]``: used as is, every position valid;
+* a :class:`Caption` ``(emb, mask)`` (or a plain ``(emb, mask)`` tuple, or any
+  object with ``.emb``/``.mask`` such as ``lantern_demo.text.TextEmbedding``;
+  a leading batch dimension of 1 is dropped) with
+  ``emb [L, caption_dim]`` and ``mask [L]`` bool (True = valid token): rows
+  with ``mask`` False are zeroed and masked out as keys; ``L < P`` is
+  left-padded with masked zero rows.
+
+Masking follows LlamaGen's sampler: padded caption positions are removed as
+keys for every query except themselves (each position always attends to itself),
+and the *same* key mask is applied to the unconditional row.
+
+KV cache: ``prefill`` allocates ``[R, H, P + max_tokens, head_dim]`` per layer
+(in the weights' dtype) and writes the prefix; ``forward`` appends image
+entries after ``length``; ``keep`` compacts. ``prefill``/``forward`` run under
+``torch.no_grad``; training uses :meth:`GPT.forward_train` (same modules, no cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .protocol import Prefix
+
+__all__ = [
+    "GPTConfig",
+    "Caption",
+    "GPT",
+    "RMSNorm",
+    "Attention",
+    "MLP",
+    "Block",
+    "CaptionEmbedder",
+    "KVCache",
+    "rope_table",
+    "rope_for_positions",
+    "apply_rope",
+    "prepare_caption",
+    "prepare_caption_batch",
+    "train_attention_mask",
+]
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 16384
+    dim: int = 1280
+    n_layer: int = 36
+    n_head: int = 20
+    ffn_hidden: int = 3584  # SwiGLU intermediate size
+    cls_token_num: int = 120  # caption prefix length P
+    caption_dim: int = 2048  # T5-XL width
+    grid: int = 16  # image is grid x grid tokens
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    class_dropout_p: float = 0.1  # caption dropout used by training code
+    init_std: float = 0.02  # weight init for training from scratch
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_head:
+            raise ValueError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
+        if self.head_dim % 4:
+            raise ValueError(f"head_dim {self.head_dim} must be divisible by 4 for 2D RoPE")
+        if self.cls_token_num < 1:
+            raise ValueError("cls_token_num must be >= 1")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @property
+    def n_image_tokens(self) -> int:
+        return self.grid * self.grid
+
+    @classmethod
+    def llamagen_xl(cls, **overrides: Any) -> "GPTConfig":
+        """LlamaGen T2I GPT-XL (stage I, 256 px): 36 x 1280, 20 heads, vocab 16384."""
+        base = dict(vocab_size=16384, dim=1280, n_layer=36, n_head=20, ffn_hidden=3584,
+                    cls_token_num=120, caption_dim=2048, grid=16)
+        base.update(overrides)
+        return cls(**base)
+
+    @classmethod
+    def llamagen_xl_drafter(cls, **overrides: Any) -> "GPTConfig":
+        """The LANTERN drafter for GPT-XL: the same widths, one layer."""
+        return cls.llamagen_xl(n_layer=1, **overrides)
+
+    def as_drafter(self, n_layer: int = 1) -> "GPTConfig":
+        return dataclasses.replace(self, n_layer=n_layer)
+
+
+@dataclass
+class Caption:
+    """A caption condition: ``emb [L, caption_dim]`` and optional ``mask [L]`` (True = valid)."""
+
+    emb: Tensor
+    mask: Tensor | None = None
+
+
+# --------------------------------------------------------------------------- captions
+
+
+def prepare_caption_batch(emb: Tensor, mask: Tensor | None, prefix_len: int) -> tuple[Tensor, Tensor | None]:
+    """Left-pad a batch of captions to the prefix length.
+
+    emb: [B, L, C] with L <= prefix_len; mask: [B, L] bool (True = valid) or None.
+    With mask None, all L rows are valid (so if L < prefix_len the padding is masked).
+    Returns (emb [B, P, C] with invalid rows zeroed, key_mask [B, P] bool or None
+    when every position is valid).
+    """
+    if emb.dim() != 3:
+        raise ValueError(f"caption embedding must be [B, L, C], got {tuple(emb.shape)}")
+    B, L, C = emb.shape
+    if L < 1 or L > prefix_len:
+        raise ValueError(f"caption length {L} must be in 1..{prefix_len}")
+    if mask is not None:
+        mask = mask.to(device=emb.device, dtype=torch.bool)
+        if mask.shape != (B, L):
+            raise ValueError(f"caption mask must be {(B, L)}, got {tuple(mask.shape)}")
+        emb = emb * mask[..., None].to(emb.dtype)
+    pad = prefix_len - L
+    if pad:
+        emb = torch.cat([emb.new_zeros(B, pad, C), emb], dim=1)
+        if mask is None:
+            mask = torch.ones(B, L, dtype=torch.bool, device=emb.device)
+        mask = torch.cat([torch.zeros(B, pad, dtype=torch.bool, device=emb.device), mask], dim=1)
+    if mask is not None and bool(mask.all()):
+        mask = None
+    return emb, mask
+
+
+def prepare_caption(cond: Any, prefix_len: int) -> tuple[Tensor | None, Tensor | None]:
+    """Normalise a prefill condition (see the module docstring) to ``(emb [P, C] | None, mask [P] | None)``."""
+    if cond is None:
+        return None, None
+    if isinstance(cond, Caption) or hasattr(cond, "emb"):  # also lantern_demo.text.TextEmbedding
+        emb, mask = cond.emb, getattr(cond, "mask", None)
+    elif isinstance(cond, (tuple, list)) and len(cond) == 2:
+        emb, mask = cond
+    elif isinstance(cond, Tensor):
+        emb, mask = cond, None
+    else:
+        raise TypeError(f"unsupported condition type {type(cond).__name__}")
+    if emb.dim() == 3 and emb.shape[0] == 1:
+        emb = emb[0]
+        if mask is not None and mask.dim() == 2:
+            mask = mask[0]
+    if emb.dim() != 2:
+        raise ValueError(f"caption embedding must be [L, C] or [1, L, C] (one caption per prefill), got {tuple(emb.shape)}")
+    e, m = prepare_caption_batch(emb[None], None if mask is None else mask[None], prefix_len)
+    return e[0], None if m is None else m[0]
+
+
+def train_attention_mask(key_mask: Tensor, seq_len: int) -> Tensor:
+    """Causal mask [B, 1, S, S] (True = attend) with masked prefix keys, each position seeing itself."""
+    B, P = key_mask.shape
+    dev = key_mask.device
+    m = torch.ones(seq_len, seq_len, dtype=torch.bool, device=dev).tril()[None].repeat(B, 1, 1)
+    m[:, :, :P] &= key_mask[:, None, :]
+    m |= torch.eye(seq_len, dtype=torch.bool, device=dev)[None]
+    return m[:, None]
+
+
+# --------------------------------------------------------------------------- RoPE
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_table_cached(grid: int, head_dim: int, base: float, device: str) -> Tensor:
+    half = head_dim // 2
+    # LlamaGen: freqs = 1 / base^(arange(0, half, 2)[:half//2] / half), in float32
+    inv = 1.0 / (base ** (torch.arange(0, half, 2)[: half // 2].float() / half))
+    t = torch.arange(grid)
+    f = torch.outer(t, inv)  # [grid, head_dim/4]
+    f2 = torch.cat([f[:, None, :].expand(-1, grid, -1),  # rotates with the row
+                    f[None, :, :].expand(grid, -1, -1)], dim=-1)  # with the column
+    table = torch.stack([torch.cos(f2), torch.sin(f2)], dim=-1).flatten(0, 1)  # [grid^2, half, 2]
+    return table.to(device)
+
+
+def rope_table(grid: int, head_dim: int, base: float = 10000.0, device: torch.device | str = "cpu") -> Tensor:
+    """float32 [grid*grid, head_dim/2, 2] (cos, sin) for image positions in raster order."""
+    return _rope_table_cached(grid, head_dim, float(base), str(torch.device(device)))
+
+
+def rope_for_positions(cfg: GPTConfig, positions: Tensor, n_prefix: int = 0) -> Tensor:
+    """float32 [n_prefix + T, head_dim/2, 2]: zeros for ``n_prefix`` prefix entries, then image positions.
+
+    Positions outside ``0 .. grid*grid-1`` get zeros (no error).
+    """
+    table = rope_table(cfg.grid, cfg.head_dim, cfg.rope_base, positions.device)
+    n = table.shape[0]
+    positions = positions.long()
+    valid = (positions >= 0) & (positions < n)
+    r = table[positions.clamp(0, n - 1)] * valid[:, None, None]
+    if n_prefix:
+        r = torch.cat([r.new_zeros(n_prefix, *r.shape[1:]), r], dim=0)
+    return r
+
+
+def apply_rope(x: Tensor, rope: Tensor) -> Tensor:
+    """x [B, T, H, hd]; rope [T, hd/2, 2] float32; interleaved pairs, computed in float32."""
+    xf = x.float().reshape(*x.shape[:-1], -1, 2)
+    cos = rope[None, :, None, :, 0]
+    sin = rope[None, :, None, :, 1]
+    x0, x1 = xf[..., 0], xf[..., 1]
+    out = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return xf.type_as(x) * self.weight
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)). LlamaGen's w1 = gate, w3 = up, w2 = down."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = dim // n_head
+        self.q_proj = nn.Linear(dim, dim, bias=False)
+        self.k_proj = nn.Linear(dim, dim, bias=False)
+        self.v_proj = nn.Linear(dim, dim, bias=False)
+        self.o_proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        kv: tuple[Tensor, Tensor] | None = None,
+        offset: int = 0,
+    ) -> Tensor:
+        """x [B, T, D]; rope [T, hd/2, 2]; mask bool broadcastable to [B, H, T, S] (True = attend).
+
+        With ``kv`` (cache buffers [B, H, cap, hd]) the new keys/values are written at
+        ``offset .. offset+T`` and attention runs over cache entries ``0 .. offset+T``.
+        """
+        B, T, D = x.shape
+        H, hd = self.n_head, self.head_dim
+        q = apply_rope(self.q_proj(x).view(B, T, H, hd), rope).transpose(1, 2)
+        k = apply_rope(self.k_proj(x).view(B, T, H, hd), rope).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, H, hd).transpose(1, 2)
+        if kv is not None:
+            kc, vc = kv
+            kc[:, :, offset:offset + T] = k
+            vc[:, :, offset:offset + T] = v
+            k, v = kc[:, :, :offset + T], vc[:, :, :offset + T]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class Block(nn.Module):
+    """Pre-norm Llama block. ``input_norm=False`` gives the EAGLE drafter's first layer."""
+
+    def __init__(self, cfg: GPTConfig, input_norm: bool = True):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps) if input_norm else nn.Identity()
+        self.self_attn = Attention(cfg.dim, cfg.n_head)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg.dim, cfg.ffn_hidden)
+
+    def forward(self, x: Tensor, rope: Tensor, mask: Tensor | None = None, causal: bool = False,
+                kv: tuple[Tensor, Tensor] | None = None, offset: int = 0) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, causal, kv, offset)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CaptionMLP(nn.Module):
+    def __init__(self, in_dim: int, dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(in_dim, dim, bias=False)
+        self.fc2 = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class CaptionEmbedder(nn.Module):
+    """``cap_proj`` (caption_dim -> dim) and the unconditional caption buffer ``uncond_embedding``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cap_proj = CaptionMLP(cfg.caption_dim, cfg.dim)
+        self.register_buffer(
+            "uncond_embedding", torch.randn(cfg.cls_token_num, cfg.caption_dim) / math.sqrt(cfg.caption_dim)
+        )
+
+    def forward(self, caption: Tensor, drop: Tensor | None = None) -> Tensor:
+        """caption [B, P, C]; drop [B] bool: rows replaced by ``uncond_embedding``. Returns [B, P, D]."""
+        if drop is not None:
+            caption = torch.where(drop.to(caption.device)[:, None, None], self.uncond_embedding.to(caption.dtype), caption)
+        return self.cap_proj(caption)
+
+
+# --------------------------------------------------------------------------- KV cache
+
+
+class KVCache:
+    """Per-layer K/V buffers ``[R, H, prefix + capacity, hd]`` plus the image-entry bookkeeping.
+
+    ``prefix`` entries (the condition) come first and are never dropped; ``length``
+    counts image entries after them. ``key_mask [R, prefix]`` (or None = all valid)
+    masks prefix keys for every image query.
+    """
+
+    def __init__(self, n_layer: int, rows: int, n_head: int, head_dim: int, prefix: int, capacity: int,
+                 dtype: torch.dtype, device: torch.device, key_mask: Tensor | None = None):
+        size = (rows, n_head, prefix + capacity, head_dim)
+        self.k = [torch.zeros(size, dtype=dtype, device=device) for _ in range(n_layer)]
+        self.v = [torch.zeros(size, dtype=dtype, device=device) for _ in range(n_layer)]
+        self.rows, self.prefix, self.capacity = rows, prefix, capacity
+        self.key_mask = key_mask
+        self.length = 0
+
+    def layer(self, i: int) -> tuple[Tensor, Tensor]:
+        return self.k[i], self.v[i]
+
+    def prefix_mask(self) -> Tensor:
+        """[R, 1, P, P] bool: causal over the prefix, masked keys, diagonal always on."""
+        P, dev = self.prefix, self.k[0].device
+        km = self.key_mask if self.key_mask is not None else torch.ones(self.rows, P, dtype=torch.bool, device=dev)
+        return train_attention_mask(km, P)
+
+    def step_mask(self, mask: Tensor | None, T: int) -> Tensor | None:
+        """Mask [R|1, 1, T, P + length + T] for appending T entries (None when nothing is masked)."""
+        L, P = self.length, self.prefix
+        if L + T > self.capacity:
+            raise RuntimeError(f"KV cache overflow: {L} + {T} entries > capacity {self.capacity} (raise max_tokens)")
+        dev = self.k[0].device
+        if mask is None:
+            if T == 1 and self.key_mask is None:
+                return None
+            j = torch.arange(L + T, device=dev)
+            img = j[None, :] <= (L + torch.arange(T, device=dev))[:, None]
+        else:
+            if tuple(mask.shape) != (T, L + T):
+                raise ValueError(f"mask must be [T, length + T] = {(T, L + T)}, got {tuple(mask.shape)}")
+            img = mask.to(device=dev, dtype=torch.bool)
+        if self.key_mask is None:
+            pre = torch.ones(1, T, P, dtype=torch.bool, device=dev)
+            full = torch.cat([pre, img[None]], dim=-1)
+        else:
+            pre = self.key_mask[:, None, :].expand(self.rows, T, P)
+            full = torch.cat([pre, img[None].expand(self.rows, T, L + T)], dim=-1)
+        return full[:, None]
+
+    def keep(self, start: int, index: Tensor) -> None:
+        L = self.length
+        index = torch.as_tensor(index, dtype=torch.long, device=self.k[0].device).reshape(-1)
+        n = index.numel()
+        if not 0 <= start <= L:
+            raise ValueError(f"keep start {start} outside 0..{L}")
+        if n and (int(index.min()) < 0 or int(index.max()) >= L - start):
+            raise ValueError(f"keep index out of range 0..{L - start - 1}")
+        if n:
+            src = self.prefix + start + index
+            lo = self.prefix + start
+            for buf in (*self.k, *self.v):
+                buf[:, :, lo:lo + n] = buf.index_select(2, src)
+        self.length = start + n
+
+
+# --------------------------------------------------------------------------- model
+
+
+class GPT(nn.Module):
+    """LlamaGen T2I GPT implementing the ``Target`` protocol (plus ``forward_train``)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = cfg.vocab_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.cls_embedding = CaptionEmbedder(cfg)
+        self.layers = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.cache: KVCache | None = None
+        self.apply(self._init)
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    # ---- protocol
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else self.cache.length
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def embed_prefix(self, caption: Tensor, caption_mask: Tensor | None = None,
+                     drop: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """caption [B, L, C] -> (prefix input embeddings [B, P, D], key_mask [B, P] | None).
+
+        Left-pads to P (see :func:`prepare_caption_batch`); ``drop [B]`` bool rows use
+        ``uncond_embedding`` (keeping the caption's key mask, as LlamaGen's training does).
+        """
+        emb, key_mask = prepare_caption_batch(caption.to(self.device), caption_mask, self.cfg.cls_token_num)
+        return self.cls_embedding(emb.to(self.dtype), drop), key_mask
+
+    @torch.no_grad()
+    def prefill(self, cond: Any, rows: int, max_tokens: int) -> Prefix:
+        """Reset the cache and run the prefix. cond: see the module docstring; rows 1 or 2."""
+        cfg, P = self.cfg, self.cfg.cls_token_num
+        if rows not in (1, 2):
+            raise ValueError(f"rows must be 1 or 2, got {rows}")
+        emb, mask = prepare_caption(cond, P)
+        uncond = self.cls_embedding.uncond_embedding
+        cond_row = uncond if emb is None else emb.to(device=self.device, dtype=uncond.dtype)
+        caption = torch.stack([cond_row, uncond][:rows]) if rows == 2 else cond_row[None]
+        embeds = self.cls_embedding.cap_proj(caption.to(self.dtype))  # [R, P, D]
+        key_mask = None if mask is None else mask.to(self.device)[None].expand(rows, P).contiguous()
+        self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P, max_tokens,
+                             self.dtype, self.device, key_mask)
+        rope = torch.zeros(P, cfg.head_dim // 2, 2, device=self.device)
+        attn_mask = self.cache.prefix_mask()
+        h = embeds
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, attn_mask, kv=self.cache.layer(i), offset=0)
+        hidden = self.norm(h)
+        logits = self.lm_head(hidden[:, -1]).float()
+        return Prefix(logits=logits, hidden=hidden, embeds=embeds)
+
+    @torch.no_grad()
+    def forward(self, tokens: Tensor, positions: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Append T image tokens. Returns (logits [R, T, V] float32, hidden [R, T, D] after the final norm)."""
+        if self.cache is None:
+            raise RuntimeError("call prefill() before forward()")
+        c = self.cache
+        tokens = tokens.to(self.device).reshape(-1)
+        T = tokens.numel()
+        attn_mask = c.step_mask(mask, T)
+        rope = rope_for_positions(self.cfg, positions.to(self.device).reshape(-1))
+        h = self.embed_tokens(tokens)[None].expand(c.rows, T, -1)
+        offset = c.prefix + c.length
+        for i, layer in enumerate(self.layers):
+            h = layer(h, rope, attn_mask, kv=c.layer(i), offset=offset)
+        hidden = self.norm(h)
+        c.length += T
+        return self.lm_head(hidden).float(), hidden
+
+    def keep(self, start: int, index: Tensor) -> None:
+        if self.cache is None:
+            raise RuntimeError("call prefill() before keep()")
+        self.cache.keep(start, index)
+
+    # ---- training
+    def forward_train(self, caption_emb: Tensor, tokens: Tensor, caption_drop_mask: Tensor | None = None,
+                      caption_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Teacher-forced full-sequence pass (no cache), the same modules as decoding.
+
+        caption_emb [B, L, C] (L <= P, left-padded like prefill); tokens [B, N] image ids;
+        caption_drop_mask [B] bool (True = use ``uncond_embedding``; the trainer draws it
+        with probability ``cfg.class_dropout_p``); caption_mask [B, L] bool or None.
+        The input sequence is ``prefix (P) + tokens[:, :-1]`` (length S = P + N - 1).
+        Returns (logits [B, N, V] where logits[:, i] predicts tokens[:, i],
+        hidden [B, S, D] after the final norm at every sequence position).
+        """
+        embeds, key_mask = self.embed_prefix(caption_emb, caption_mask, caption_drop_mask)
+        tokens = tokens.to(self.device)
+        N, P = tokens.shape[1], self.cfg.cls_token_num
+        x = torch.cat([embeds, self.embed_tokens(tokens[:, :-1])], dim=1)
+        S = x.shape[1]
+        rope = rope_for_positions(self.cfg, torch.arange(N - 1, device=self.device), n_prefix=P)
+        attn_mask = None if key_mask is None else train_attention_mask(key_mask, S)
+        for layer in self.layers:
+            x = layer(x, rope, attn_mask, causal=True)
+        hidden = self.norm(x)
+        return self.lm_head(hidden[:, P - 1:]), hidden
