@@ -136,6 +136,28 @@ class Step:
     drafter_passes: int = 0
 
 
+class _Clock:
+    """Elapsed decoding time, excluding the time the consumer holds a yielded step."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.outside = 0.0
+        self._yielded_at: float | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start - self.outside
+
+    def hold(self, step: "Step") -> "Step":
+        """Call as ``yield clock.hold(step)``, then ``clock.release()`` when resumed."""
+        self._yielded_at = time.perf_counter()
+        return step
+
+    def release(self) -> None:
+        if self._yielded_at is not None:
+            self.outside += time.perf_counter() - self._yielded_at
+            self._yielded_at = None
+
+
 def _clock(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -168,16 +190,18 @@ def decode(
     width = 1 + (config.gamma if shape == "chain" else config.total_tokens if shape else 0)
     max_tokens = num_tokens + width + 1
 
-    t_start = time.perf_counter()
+    clock = _Clock()
+    t_start = clock.start
     prefix = target.prefill(cond, cfg.rows, max_tokens)
     device = prefix.logits.device
     p0 = probs_from_logits(prefix.logits, cfg)
     token = int(pick(p0, torch.rand((), generator=gen).to(device), cfg.greedy))
     t_target = _clock(device) - t_start
-    yield Step(0, 0, [token], [0], 0, [0.0], 0.0, t_target, 0.0, time.perf_counter() - t_start)
+    yield clock.hold(Step(0, 0, [token], [0], 0, [0.0], 0.0, t_target, 0.0, clock.elapsed()))
+    clock.release()
 
     if shape is None:
-        yield from _decode_ar(target, token, config, num_tokens, gen, device, t_start)
+        yield from _decode_ar(target, token, config, num_tokens, gen, device, clock)
         return
     assert drafter is not None
     t0 = time.perf_counter()
@@ -198,16 +222,17 @@ def decode(
     while committed < num_tokens:
         step = state.step(index, committed, new_tokens, features)
         step.draft_time += prefill_draft_time if index == 1 else 0.0
-        step.elapsed = time.perf_counter() - t_start
+        step.elapsed = clock.elapsed()
         committed += len(step.tokens)
         new_tokens, features = state.next_tokens, state.next_features
-        yield step
+        yield clock.hold(step)
+        clock.release()
         index += 1
 
 
 def _decode_ar(
     target: Target, token: int, config: DecodeConfig, num_tokens: int, gen: torch.Generator,
-    device: torch.device, t_start: float,
+    device: torch.device, clock: "_Clock",
 ) -> Iterator[Step]:
     cfg = config.sampling
     for pos in range(1, num_tokens):
@@ -216,7 +241,8 @@ def _decode_ar(
         p = probs_from_logits(logits[:, 0], cfg)
         token = int(pick(p, torch.rand((), generator=gen).to(device), cfg.greedy))
         t1 = _clock(device)
-        yield Step(pos, pos, [token], [0], 0, [0.0], 0.0, t1 - t0, 0.0, t1 - t_start)
+        yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], 0.0, t1 - t0, 0.0, clock.elapsed()))
+        clock.release()
 
 
 def _static_shape(config: DecodeConfig) -> tuple[tuple[int, ...], ...]:

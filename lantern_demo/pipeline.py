@@ -1,0 +1,275 @@
+"""Prompt -> text embedding -> decoding engine -> image tokens -> image.
+
+``LanternPipeline`` holds the components, loaded once per (preset, device) by
+``load_pipeline`` and shared by every request; per-request state (KV caches,
+random generator) is created by each call and never outlives it. A lock
+serialises generations on one pipeline, so a cancelled run (its generator
+closed mid-way) leaves the pipeline healthy: the next call starts with a fresh
+prefill.
+
+Presets (see ``lantern_demo.hub`` for the Hub ones):
+- ``emoji``: the embedded default trained by us (``assets/emoji``), CPU friendly;
+- ``tiny-random``: random weights at the embedded model's shape, for tests and
+  as a fallback while no trained weights are present;
+- ``llamagen-t2i`` / ``llamagen-t2i-512``: LlamaGen T2I XL with LANTERN's
+  drafter, downloaded through ``huggingface_hub``; GPU only.
+
+Embedded layout (``assets/emoji``): ``target/`` and ``drafter/`` (config.json +
+model.safetensors, ``checkpoints.save_gpt`` / ``save_drafter``), ``vq/``
+(``VQModel.save_pretrained``), ``text_encoder/`` (``WordTextEncoder.save``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from PIL import Image
+from torch import Tensor
+
+from .engine import DecodeConfig, Result, Step, decode, summarize
+from .gpt import GPT, Caption, GPTConfig
+from .drafter import Drafter
+from .hub import PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
+from .neighbors import neighbor_table
+from .text import PromptNotice, TextEncoder, WordTextEncoder
+from .vq import VQDecoder
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+EMBEDDED = "emoji"
+TINY_RANDOM = "tiny-random"
+MAX_PROMPT_CHARS = 2000
+
+register_preset(Preset(
+    name=EMBEDDED,
+    title="Emoji (embedded, tiny LlamaGen trained on OpenMoji)",
+    resolution=64,
+    grid=16,
+    local_dir=str(ASSETS / "emoji"),
+    notes="Runs on CPU; trained by lantern_demo.train.",
+), replace=True)
+register_preset(Preset(
+    name=TINY_RANDOM,
+    title="Tiny random model (untrained: images are noise)",
+    resolution=64,
+    grid=16,
+    notes="Random weights at the embedded model's shape; for tests and as a fallback.",
+), replace=True)
+
+
+class PresetUnavailable(RuntimeError):
+    """A preset cannot run here (no weights, or it needs a GPU); the message says why and what to do."""
+
+
+@dataclass
+class Generation:
+    """The state of a (possibly running) generation, as streamed to the UI.
+
+    tokens: [N] committed ids, -1 where not generated yet. source: [N] per position,
+    -1 not yet, 0 sampled by the target, d >= 1 accepted draft at depth d.
+    step_of: [N] verification step that committed each position (-1 not yet).
+    image: the latest decoded image (partial or final) or None if not refreshed.
+    steps: all steps so far; stats: ``engine.summarize`` of them plus pipeline times.
+    """
+
+    tokens: Tensor
+    source: Tensor
+    step_of: Tensor
+    steps: list[Step] = field(default_factory=list)
+    image: Image.Image | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    done: bool = False
+
+    def add(self, step: Step) -> None:
+        sl = slice(step.start, step.start + len(step.tokens))
+        self.tokens[sl] = torch.tensor(step.tokens)
+        self.source[sl] = torch.tensor(step.source)
+        self.step_of[sl] = step.index
+        self.steps.append(step)
+
+
+class LanternPipeline:
+    """Components of one preset on one device, loaded once.
+
+    text_encoder: prompts -> caption embeddings; target: ``GPT``; drafter: ``Drafter``;
+    vq: ``VQDecoder``; neighbors: [V, K] codebook neighbour table (K = the largest k offered).
+    """
+
+    def __init__(self, preset: Preset, text_encoder: TextEncoder, target: GPT, drafter: Drafter,
+                 vq: VQDecoder, neighbors: Tensor, device: torch.device):
+        self.preset = preset
+        self.text_encoder = text_encoder
+        self.target = target
+        self.drafter = drafter
+        self.vq = vq
+        self.neighbors = neighbors
+        self.device = device
+        self.num_tokens = target.cfg.grid**2
+        self._lock = threading.Lock()
+
+    @property
+    def max_k(self) -> int:
+        return int(self.neighbors.shape[1])
+
+    def encode_prompt(self, prompt: str) -> tuple[Caption, list[str]]:
+        """Prompt -> (GPT condition, notices for the user). Raises ValueError on an empty prompt."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("Please enter a prompt.")
+        notices = []
+        if len(prompt) > MAX_PROMPT_CHARS:
+            prompt = prompt[:MAX_PROMPT_CHARS]
+            notices.append(f"The prompt was cut to its first {MAX_PROMPT_CHARS} characters.")
+        with torch.no_grad():
+            emb = self.text_encoder.encode([prompt])
+        notice: PromptNotice = emb.notices[0]
+        notices.extend(notice.messages())
+        return Caption(emb.emb[0].to(self.device), emb.mask[0].to(self.device)), notices
+
+    def stream(self, prompt: str, config: DecodeConfig, seed: int = 0,
+               decode_share: float = 0.2) -> Iterator[Generation]:
+        """Generate, yielding a ``Generation`` after every target pass.
+
+        Partial images are decoded only while decoding stays under ``decode_share``
+        of the elapsed time (the final image is always decoded); other events
+        carry ``image=None``. The first event comes right after the prefill.
+        """
+        config.validate()
+        cond, notices = self.encode_prompt(prompt)
+        n = self.num_tokens
+        gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
+        with self._lock:
+            t0 = time.perf_counter()
+            decode_time = last_cost = 0.0
+            for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors):
+                gen.add(step)
+                gen.image = None
+                elapsed = time.perf_counter() - t0
+                # decode if the share of time spent decoding stays within budget afterwards
+                if decode_time + last_cost <= decode_share * (elapsed + last_cost):
+                    t1 = time.perf_counter()
+                    gen.image = self.vq.decode_partial(gen.tokens)
+                    last_cost = time.perf_counter() - t1
+                    decode_time += last_cost
+                gen.stats = {**summarize(gen.steps), "decode_time": decode_time}
+                if int(gen.tokens.min()) >= 0:
+                    break
+                yield gen
+            t1 = time.perf_counter()
+            gen.image = self.vq.decode_pil(gen.tokens[None])[0]
+            gen.stats["final_decode_time"] = time.perf_counter() - t1
+            gen.stats["decode_time"] = decode_time
+            gen.stats["end_to_end_time"] = time.perf_counter() - t0
+            gen.done = True
+        yield gen
+
+    def __call__(self, prompt: str, config: DecodeConfig, seed: int = 0) -> Generation:
+        """Generate one image; returns the finished ``Generation`` (image, tokens, steps, stats)."""
+        last = None
+        for last in self.stream(prompt, config, seed, decode_share=0.0):
+            pass
+        assert last is not None and last.done
+        return last
+
+
+# ----------------------------------------------------------------------------- loading
+
+_CACHE: dict[tuple[str, str], LanternPipeline] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_pipeline(name: str = EMBEDDED, device: str | torch.device | None = None) -> LanternPipeline:
+    """The pipeline for preset ``name`` on ``device`` (default: CUDA if available), loaded once.
+
+    Raises ``PresetUnavailable`` with a clear message when weights are missing
+    (offline, not downloaded) or the preset needs a GPU that is not there.
+    """
+    device = torch.device(device) if device is not None else default_device()
+    key = (name, str(device))
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = _load(get_preset(name), device)
+        return _CACHE[key]
+
+
+def _load(preset: Preset, device: torch.device) -> LanternPipeline:
+    if preset.name == TINY_RANDOM:
+        return tiny_random_pipeline(device=device)
+    if preset.needs_gpu and device.type != "cuda":
+        raise PresetUnavailable(
+            f"Preset {preset.name!r} ({preset.title}) needs a GPU (about {preset.min_gpu_memory_gb:g} GB); "
+            "this machine has none. Use the embedded 'emoji' preset, or run on a GPU Space."
+        )
+    try:
+        paths = preset.fetch_all()
+    except WeightsUnavailable as err:
+        raise PresetUnavailable(f"Preset {preset.name!r}: {err}") from err
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    from .checkpoints import load_drafter, load_gpt
+
+    target = load_gpt(paths["target"], device=device, dtype=dtype).eval()
+    drafter = load_drafter(paths["drafter"], target=target, device=device, dtype=dtype).eval()
+    if preset.local_dir is not None:
+        vq = VQDecoder.from_pretrained(paths["vq"], preset.grid, device=device)
+        text: TextEncoder = WordTextEncoder.load(paths["text_encoder"], device=device).eval()
+        max_k = 128
+    else:
+        from .text import T5TextEncoder
+
+        vq = VQDecoder.from_llamagen(paths["vq"], preset.grid, device=device)
+        text = T5TextEncoder.from_pretrained(paths["text_encoder"], device=device, dtype=dtype)
+        max_k = 1000
+    neighbors = neighbor_table(vq.raw_codebook().to(device), max_k)
+    return LanternPipeline(preset, text, target, drafter, vq, neighbors, device)
+
+
+def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", vocab: int = 256,
+                         dim: int = 64, n_layer: int = 2, grid: int = 16) -> LanternPipeline:
+    """A pipeline with random weights at a small shape (tests; fallback without trained weights).
+
+    Word vocabulary "red green blue ..." (any other word is reported unknown),
+    a random ``VQModel`` with 4x downsampling (64 px images), codebook ``vocab``.
+    """
+    from diffusers import VQModel
+
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    words = "a an the of red green blue yellow face smiling cat dog heart star sun moon tree flag".split()
+    text = WordTextEncoder(words, dim=32, max_length=8).eval()
+    cfg = GPTConfig(vocab_size=vocab, dim=dim, n_layer=n_layer, n_head=4, ffn_hidden=2 * dim,
+                    cls_token_num=8, caption_dim=32, grid=grid)
+    target = GPT(cfg).eval()
+    drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
+    with torch.no_grad():
+        drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
+    vq = VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
+                 up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16), layers_per_block=1,
+                 latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8,
+                 sample_size=grid * 4).eval()
+    decoder = VQDecoder(vq, grid)
+    neighbors = neighbor_table(decoder.raw_codebook(), 32)
+    target, drafter, vq = target.to(device), drafter.to(device), vq.to(device)
+    return LanternPipeline(get_preset(TINY_RANDOM), text, target, drafter, decoder, neighbors.to(device), device)
+
+
+def preset_status(device: torch.device | None = None) -> dict[str, str | None]:
+    """For each preset: None if it can be loaded here, else the reason it cannot (never downloads)."""
+    device = device or default_device()
+    out: dict[str, str | None] = {}
+    for name, preset in PRESETS.items():
+        if name == TINY_RANDOM:
+            out[name] = None
+        elif preset.needs_gpu and device.type != "cuda":
+            out[name] = f"needs a GPU (about {preset.min_gpu_memory_gb:g} GB)"
+        else:
+            missing = preset.missing()
+            out[name] = None if not missing else str(missing[0])
+    return out
