@@ -155,31 +155,33 @@ def accept_at_node(p: Tensor, cands: Tensor, u: float, relax: Relaxation | None)
 # ----------------------------------------------------------------------------- rule 2: sampled chains
 
 
-def _extra_mass(p: Tensor, q: Tensor, tokens: Tensor, relax: Relaxation) -> Tensor:
-    """e(y) = p(B(y)) with budget delta * q(y). p, q: [n, V]; tokens: [n, m] -> [n, m]."""
-    nb = relax.table[tokens]  # [n, m, k]
-    p_nb = torch.gather(p.unsqueeze(1).expand(-1, tokens.shape[1], -1), 2, nb)
-    budget = relax.budget(relax.delta * q.gather(1, tokens), p.gather(1, tokens))
-    return neighbour_set(p_nb, budget)[1]
-
-
 def chain_accept_prob(p: Tensor, q: Tensor, drafts: Tensor, relax: Relaxation | None) -> Tensor:
     """Rule 2 acceptance probabilities. p, q: [n, V]; drafts: [n] sampled from q -> [n]."""
     p_x = p.gather(1, drafts[:, None]).squeeze(1)
     q_x = q.gather(1, drafts[:, None]).squeeze(1)
     relax = active(relax)
     if relax is not None:
-        p_x = p_x + _extra_mass(p, q, drafts[:, None], relax).squeeze(1)
+        p_nb = p.gather(1, relax.table[drafts])  # [n, k]
+        p_x = p_x + neighbour_set(p_nb, relax.budget(relax.delta * q_x, p_x))[1]
     return torch.clamp(p_x / q_x, max=1.0)
 
 
 def chain_alpha(p: Tensor, q: Tensor, relax: Relaxation | None) -> Tensor:
-    """Accepted mass alpha(y) = min(q(y), p(y) + e(y)) for every token. p, q: [n, V] -> [n, V]."""
+    """Accepted mass alpha(y) = min(q(y), p(y) + e(y)) for every token. p, q: [n, V] -> [n, V].
+
+    Where q(y) <= p(y), alpha(y) = q(y) whatever e(y) is, so e is only computed
+    for the (row, token) pairs with q > p.
+    """
+    alpha = torch.minimum(p, q)
     relax = active(relax)
     if relax is None:
-        return torch.minimum(p, q)
-    every = torch.arange(p.shape[1], device=p.device).expand(p.shape[0], -1)
-    return torch.minimum(q, p + _extra_mass(p, q, every, relax))
+        return alpha
+    rows, ys = torch.nonzero(q > p, as_tuple=True)
+    p_y, q_y = p[rows, ys], q[rows, ys]
+    p_nb = p[rows[:, None], relax.table[ys]]  # [M, k]
+    e = neighbour_set(p_nb, relax.budget(relax.delta * q_y, p_y))[1]
+    alpha[rows, ys] = torch.minimum(q_y, p_y + e)
+    return alpha
 
 
 def chain_residual(p: Tensor, q: Tensor, relax: Relaxation | None) -> tuple[Tensor, Tensor]:
