@@ -1,0 +1,711 @@
+"""The Gradio app: streaming generation, per-step accepted tokens, live relaxation sliders, baseline.
+
+``load_models()`` loads the presets at start-up (ZeroGPU style: at import, before
+any request), ``build_demo(models)`` builds the page, ``LAUNCH_KWARGS`` holds what
+Gradio 6 wants at ``launch()`` (theme, CSS). ``app.py`` wires them together.
+
+Environment (read by ``load_models``):
+- ``LANTERN_PRESETS``: comma-separated presets offered in the model selector
+  (default: every registered preset, unavailable ones listed with the reason);
+- ``LANTERN_DEFAULT_PRESET``: the preset selected at start (default: the embedded
+  ``emoji`` model when its weights exist, else ``tiny-random``);
+- ``LANTERN_PRELOAD``: ``all`` (default: load every available offered preset at
+  start-up) or ``default`` (only the default; others on first use);
+- ``LANTERN_DEVICE``: ``cpu`` / ``cuda`` (default: CUDA when available);
+- ``LANTERN_QUEUE_SIZE`` (default 16), ``LANTERN_GPU_DURATION`` (seconds asked of
+  ZeroGPU per generation, default 90).
+
+The public API endpoint is ``/generate`` (see README "Using the API"): its
+inputs are the controls in ``INPUT_NAMES`` order and it streams the outputs in
+``OUTPUT_NAMES`` order; the last output, ``stats``, is a JSON summary of both runs.
+"""
+
+from __future__ import annotations
+
+from .spaces_compat import GPU  # noqa: I001  (before torch, for ZeroGPU)
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import time
+from typing import Any, Iterator
+
+import gradio as gr
+import torch
+
+from . import ui_plots as plots
+from .engine import METHODS, DecodeConfig
+from .hub import PRESETS, get_preset
+from .pipeline import (
+    ASSETS,
+    EMBEDDED,
+    TINY_RANDOM,
+    LanternPipeline,
+    PresetUnavailable,
+    default_device,
+    load_pipeline,
+    preset_status,
+)
+from .sampling import SamplingConfig
+
+log = logging.getLogger(__name__)
+
+# ----------------------------------------------------------------------------- defaults
+
+#: Start-up values of every control (CPU-sensible, for the embedded model). One
+#: place to change them; ``PRESET_DEFAULTS`` overrides per preset.
+DEFAULTS: dict[str, Any] = {
+    "method": "lantern",
+    "baseline": "ar",
+    "seed": 0,
+    "randomize_seed": False,
+    "delta": 0.25,
+    "lam": 2.0,
+    "k": 16,
+    "draft": "auto",
+    "gamma": 4,
+    "depth": 4,
+    "branching": 4,
+    "tree_tokens": 16,
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "cfg_scale": 3.0,
+}
+
+#: Per preset overrides of ``DEFAULTS`` (applied when the preset is selected).
+#: LlamaGen: the LANTERN release's generator settings and EAGLE-2 tree, delta/k of
+#: the paper's high-speed example.
+PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llamagen-t2i": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
+                     "top_k": 2000, "cfg_scale": 3.0},
+    "llamagen-t2i-512": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
+                         "top_k": 2000, "cfg_scale": 3.0},
+}
+
+#: What "auto" means for the drafting shape of each speculative method.
+AUTO_DRAFT = {"sd": "chain", "eagle": "tree", "lantern": "tree", "lantern++": "static"}
+
+METHOD_TITLES = {"ar": "AR", "sd": "SD", "eagle": "EAGLE-2", "lantern": "LANTERN", "lantern++": "LANTERN++"}
+METHOD_CHOICES = [
+    ("AR (plain, 1 token per pass)", "ar"),
+    ("SD (exact speculative, chain)", "sd"),
+    ("EAGLE-2 (exact, dynamic tree)", "eagle"),
+    ("LANTERN (relaxed, δ and k)", "lantern"),
+    ("LANTERN++ (relaxed, λ and k, static tree)", "lantern++"),
+]
+BASELINES = ("ar", "sd", "eagle", "none")
+BASELINE_CHOICES = [("AR", "ar"), ("SD", "sd"), ("EAGLE-2", "eagle"), ("none", "none")]
+DRAFT_CHOICES = ["auto", "chain", "tree", "static"]
+RELAXED = ("lantern", "lantern++")
+
+EXAMPLES = [
+    "grinning face",
+    "red heart",
+    "a cat face emoji",
+    "smiling face with sunglasses",
+    "an emoji of a sun",
+    "flag of japan",
+]
+
+#: Inputs of the /generate endpoint, in order (names are the API's parameter names).
+INPUT_NAMES = ("prompt", "model", "method", "baseline", "seed", "randomize_seed", "delta", "lam", "k", "draft",
+               "gamma", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale")
+#: Outputs of the /generate endpoint, in order (the session cache, a gr.State, is not part of the API).
+OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative", "log", "compare", "table",
+                "seed", "notice", "stats")
+
+DEBOUNCE_S = 0.3  # a slider release waits this long (cancelled by further slider input) before running
+STREAM_SHARE = 0.1  # Gradio-side cost of streamed frames, as a share of elapsed time (plus the decode share)
+DECODE_SHARE = 0.1  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
+LOG_LINES = 400
+GPU_DURATION = int(os.environ.get("LANTERN_GPU_DURATION", "90"))
+
+# ----------------------------------------------------------------------------- models
+
+
+@dataclasses.dataclass
+class Models:
+    """The presets offered by this process, their status and the loaded pipelines."""
+
+    offered: list[str]
+    status: dict[str, str | None]  # None = usable here, else why not
+    pipelines: dict[str, LanternPipeline]
+    default: str
+    device: torch.device
+    startup_notes: list[str] = dataclasses.field(default_factory=list)
+
+    def get(self, name: str) -> LanternPipeline:
+        """The loaded pipeline of ``name`` (loading it now if needed); PresetUnavailable if it can't run."""
+        if name not in self.offered:
+            raise PresetUnavailable(f"Unknown model {name!r}; choose one of: {', '.join(self.offered)}.")
+        if name in self.pipelines:
+            return self.pipelines[name]
+        if self.status.get(name):
+            raise PresetUnavailable(f"Model {name!r} is unavailable here: {self.status[name]}")
+        try:
+            pipe = load_pipeline(name, self.device)
+        except PresetUnavailable as err:
+            self.status[name] = str(err)
+            raise
+        except Exception as err:  # a broken checkpoint must not take the app down
+            log.exception("loading preset %s failed", name)
+            self.status[name] = f"failed to load ({type(err).__name__}: {err})"
+            raise PresetUnavailable(f"Model {name!r} failed to load: {type(err).__name__}: {err}") from err
+        self.pipelines[name] = pipe
+        return pipe
+
+    def choices(self) -> list[tuple[str, str]]:
+        out = []
+        for name in self.offered:
+            title = get_preset(name).title
+            reason = self.status.get(name)
+            out.append((f"{title} — unavailable: {_short(reason)}" if reason else title, name))
+        return out
+
+    def notice(self, name: str) -> str:
+        """Markdown shown under the title for the selected model."""
+        lines = list(self.startup_notes)
+        if name == TINY_RANDOM:
+            missing = (f" The embedded model needs its weights in `{ASSETS / 'emoji'}`."
+                       if EMBEDDED in self.status and self.status[EMBEDDED] else "")
+            lines.append("⚠️ **Untrained model.** `tiny-random` has random weights: its images are noise, but "
+                         "every method, statistic and chart works." + missing)
+        unavailable = [f"`{n}` ({_short(r)})" for n, r in self.status.items() if r and n in self.offered]
+        if unavailable:
+            lines.append("Unavailable here: " + "; ".join(unavailable) + ".")
+        return "\n\n".join(lines)
+
+
+def _short(reason: str | None, n: int = 90) -> str:
+    reason = (reason or "").strip()
+    return reason if len(reason) <= n else reason[: n - 1] + "…"
+
+
+def load_models(env: dict[str, str] | None = None) -> Models:
+    """Load the offered presets now (start-up), following the LANTERN_* environment variables."""
+    env = dict(os.environ if env is None else env)
+    device = torch.device(env.get("LANTERN_DEVICE") or default_device())
+    notes: list[str] = []
+    wanted = [n.strip() for n in env.get("LANTERN_PRESETS", "").split(",") if n.strip()] or list(PRESETS)
+    unknown = [n for n in wanted if n not in PRESETS]
+    if unknown:
+        notes.append(f"LANTERN_PRESETS names unknown presets {unknown}; known: {', '.join(PRESETS)}.")
+    offered = [n for n in wanted if n in PRESETS]
+    status = {n: r for n, r in preset_status(device).items() if n in offered}
+    default = env.get("LANTERN_DEFAULT_PRESET", "").strip()
+    if default and default not in offered:
+        notes.append(f"LANTERN_DEFAULT_PRESET={default!r} is not offered; using the embedded default instead.")
+        default = ""
+    if not default:
+        default = EMBEDDED if status.get(EMBEDDED, "missing") is None else TINY_RANDOM
+    preload = env.get("LANTERN_PRELOAD", "all").strip().lower()
+    models = Models(offered, status, {}, default, device, notes)
+    if default not in models.offered:  # the fallback is always offered
+        models.offered.append(default)
+        models.status[default] = None
+    for name in [default] + [n for n in offered if n != default]:
+        if models.status.get(name) is None and (preload == "all" or name == default):
+            t0 = time.perf_counter()
+            try:
+                models.get(name)
+                log.info("loaded preset %s on %s in %.1f s", name, device, time.perf_counter() - t0)
+            except PresetUnavailable as err:
+                log.warning("preset %s unavailable: %s", name, err)
+    if default not in models.pipelines:
+        for fallback in (EMBEDDED, TINY_RANDOM):
+            if fallback in models.offered and models.status.get(fallback) is None:
+                with contextlib.suppress(PresetUnavailable):
+                    models.get(fallback)
+                    break
+        else:
+            fallback = TINY_RANDOM
+            models.offered.append(TINY_RANDOM)
+            models.status[TINY_RANDOM] = None
+            models.get(TINY_RANDOM)
+        notes.append(f"The model {default!r} could not be loaded ({_short(models.status.get(default))}); "
+                     f"using {fallback!r}.")
+        models.default = fallback
+    return models
+
+
+_MODELS: Models | None = None
+
+
+def _models() -> Models:
+    if _MODELS is None:
+        raise RuntimeError("build_demo(load_models()) has not been called")
+    return _MODELS
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    """Control values for a preset: ``DEFAULTS`` with its overrides, k capped at its table size."""
+    values = {**DEFAULTS, **PRESET_DEFAULTS.get(name, {})}
+    pipe = _models().pipelines.get(name)
+    if pipe is not None:
+        values["k"] = max(1, min(int(values["k"]), pipe.max_k))
+    return values
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+@dataclasses.dataclass
+class Request:
+    pipe: LanternPipeline
+    model: str
+    prompt: str
+    seed: int
+    config: DecodeConfig
+    baseline: DecodeConfig | None
+
+
+def _integer(name: str, value: Any) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise gr.Error(f"{name} must be a number, got {value!r}.") from None
+    if not f.is_integer():
+        raise gr.Error(f"{name} must be a whole number, got {value!r}.")
+    return int(f)
+
+
+def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
+                  branching, tree_tokens, temperature, top_k, top_p, cfg_scale) -> Request:
+    """Validate the controls and turn them into a ``Request``; raises ``gr.Error`` with a clear message."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise gr.Error("Please enter a prompt (it is empty).", title="Empty prompt")
+    models = _models()
+    try:
+        pipe = models.get(model)
+    except PresetUnavailable as err:
+        raise gr.Error(str(err), title="Model unavailable") from None
+    if method not in METHODS:
+        raise gr.Error(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
+    if baseline not in BASELINES:
+        raise gr.Error(f"Unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}.")
+    if draft not in DRAFT_CHOICES:
+        raise gr.Error(f"Unknown draft shape {draft!r}; choose one of {', '.join(DRAFT_CHOICES)}.")
+    k = _integer("k", k)
+    if method in RELAXED and not 1 <= k <= pipe.max_k:
+        raise gr.Error(f"k must be in [1, {pipe.max_k}] for model {model!r}, got {k}.", title="Invalid settings")
+    seed = secrets.randbelow(2**31) if randomize_seed else _integer("seed", seed if seed is not None else 0)
+    if not 0 <= seed < 2**31:
+        raise gr.Error(f"seed must be in [0, {2**31 - 1}], got {seed}.")
+    sampling = SamplingConfig(cfg_scale=float(cfg_scale), temperature=float(temperature),
+                              top_k=_integer("top_k", top_k), top_p=float(top_p))
+    common = dict(gamma=_integer("gamma", gamma), depth=_integer("depth", depth),
+                  top_k=_integer("branching", branching), total_tokens=_integer("tree_tokens", tree_tokens),
+                  sampling=sampling)
+    try:
+        config = DecodeConfig(method, draft=None if method == "ar" else AUTO_DRAFT[method] if draft == "auto"
+                              else draft, delta=float(delta), k=k, lam=float(lam), **common)
+        config.validate()
+        base = None
+        if baseline != "none":
+            base = DecodeConfig(baseline, draft=None if baseline == "ar" else AUTO_DRAFT[baseline], **common)
+            base.validate()
+    except ValueError as err:
+        raise gr.Error(f"Invalid settings: {err}.", title="Invalid settings") from None
+    return Request(pipe, model, prompt, seed, config, base)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+@dataclasses.dataclass
+class _Run:
+    """One finished (or running) generation as the page shows it."""
+
+    label: str
+    config: DecodeConfig
+    steps: list = dataclasses.field(default_factory=list)
+    image: Any = None
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    stats: dict[str, float] = dataclasses.field(default_factory=dict)
+    reused: bool = False
+    notices: list[str] = dataclasses.field(default_factory=list)
+    first_image_s: float | None = None
+    final_image_s: float | None = None
+
+    def as_json(self, num_tokens: int) -> dict[str, Any]:
+        return {
+            "method": self.config.method,
+            "draft": self.config.shape,
+            "config": dataclasses.asdict(self.config),
+            "stats": self.stats,
+            "accepted_per_step": [len(s.tokens) for s in self.steps],
+            "num_tokens": num_tokens,
+            "tokens": self.tokens,
+            "reused": self.reused,
+            "first_image_s": self.first_image_s,
+            "final_image_s": self.final_image_s,
+        }
+
+
+def _outputs(**values: Any) -> tuple:
+    """The /generate output tuple plus the session cache; outputs not named are left unchanged."""
+    return tuple(values.get(name, gr.skip()) for name in OUTPUT_NAMES + ("cache",))
+
+
+def _baseline_key(req: Request) -> tuple:
+    assert req.baseline is not None
+    return (req.model, req.prompt, req.seed, repr(req.baseline))
+
+
+def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, lines: collections.deque,
+                others: dict[str, list], t_click: float) -> Iterator[tuple[_Run, dict[str, Any]]]:
+    """Run one generation, yielding (run, outputs to update) whenever a frame is worth sending.
+
+    Frames are sent while their cost (building them, and Gradio processing and
+    sending them: from building to our resumption) stays within ``STREAM_SHARE`` of
+    the elapsed time; the first frame (right after the prefill) and the last are
+    always sent. The pipeline itself keeps partial VQ decodes within ``DECODE_SHARE``.
+    """
+    pipe = req.pipe
+    n = pipe.num_tokens
+    run = _Run(label, config)
+    relaxed = config.relaxed
+    image_key = "image" if role == "method" else "baseline_image"
+    committed = seen = 0
+    ui_time = last_cost = 0.0
+    t0 = time.perf_counter()
+    with contextlib.closing(pipe.stream(req.prompt, config, req.seed, decode_share=DECODE_SHARE)) as stream:
+        for gen in stream:
+            for step in gen.steps[seen:]:
+                committed += len(step.tokens)
+                lines.append(plots.step_line(label, step, committed, n, relaxed))
+            seen = len(gen.steps)
+            run.steps, run.notices = gen.steps, gen.notices
+            if gen.image is None and not gen.done:
+                continue
+            t_frame = time.perf_counter()
+            if (not gen.done and run.first_image_s is not None
+                    and ui_time + last_cost > STREAM_SHARE * (t_frame - t0 + last_cost)):
+                continue
+            if gen.done:
+                run.image, run.tokens, run.stats = gen.image, gen.tokens.tolist(), gen.stats
+            frame = {image_key: plots.enlarge(gen.image),
+                     "cumulative": plots.cumulative_frame({**others, role: gen.steps}, n),
+                     "log": "\n".join(lines)}
+            if role == "method":
+                frame["per_step"] = plots.per_step_frame(gen.steps)
+                frame["token_map"] = plots.token_map(gen.source, gen.step_of, pipe.target.cfg.grid)
+            if run.first_image_s is None:
+                run.first_image_s = time.perf_counter() - t_click
+            if gen.done:
+                run.final_image_s = time.perf_counter() - t_click
+            yield run, frame
+            last_cost = time.perf_counter() - t_frame  # building the frame + Gradio sending it
+            ui_time += last_cost
+    # streaming overhead: partial decodes and frames, as a share of the run (the final decode excluded)
+    run.stats["ui_time"] = ui_time
+    run.stats["stream_overhead"] = (ui_time + run.stats.get("decode_time", 0.0)) / max(
+        run.stats.get("end_to_end_time", 0.0), 1e-9)
+
+
+def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
+    t_click = time.perf_counter()
+    pipe, n = req.pipe, req.pipe.num_tokens
+    lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+    main_label = METHOD_TITLES[req.config.method]
+    base_label = f"{METHOD_TITLES[req.baseline.method]} baseline" if req.baseline else None
+    notice = _models().notice(req.model)
+    lines.append(f"model {req.model}, seed {req.seed}, {main_label}"
+                 + (f" vs {base_label}" if base_label else "") + f", {n} tokens")
+    reuse = bool(req.baseline and cache and cache.get("key") == _baseline_key(req))
+    base_value = plots.enlarge(cache["run"].image) if reuse else None
+    yield _outputs(image=gr.update(label=main_label),
+                   baseline_image=gr.update(value=base_value, label=base_label or "Baseline (none)"),
+                   compare=None, table=plots.stats_table([]), seed=req.seed, notice=notice,
+                   log="\n".join(lines))
+    shown: dict[str, Any] = {"baseline_image": base_value, "seed": req.seed, "notice": notice}
+
+    main, noticed = None, False
+    for main, frame in _stream_run(req, req.config, main_label, "method", lines, {}, t_click):
+        if not noticed and main.notices:  # the first frame: prompt notices (cut, unknown words)
+            noticed = True
+            for message in main.notices:
+                gr.Warning(message)
+            frame["notice"] = "\n\n".join(filter(None, [notice] + [f"ℹ️ {m}" for m in main.notices]))
+        shown.update(frame)
+        yield _outputs(**frame)
+    assert main is not None
+
+    base = None
+    if req.baseline is not None:
+        if reuse:
+            base = dataclasses.replace(cache["run"], reused=True)
+            lines.append(f"{base_label}: reused from the previous run (same model, prompt, seed and settings)")
+            shown["cumulative"] = plots.cumulative_frame({"method": main.steps, "baseline": base.steps}, n)
+        else:
+            for base, frame in _stream_run(req, req.baseline, base_label, "baseline", lines,
+                                           {"method": main.steps}, t_click):
+                shown.update(frame)
+                yield _outputs(**frame)
+            cache = {"key": _baseline_key(req), "run": dataclasses.replace(base, reused=False)}
+
+    speedup = None
+    rows = []
+    if base is not None:
+        speedup = base.stats["wall_time"] / max(main.stats["wall_time"], 1e-9)
+        rows = [plots.stats_row(main_label, req.config.method, main.stats, speedup),
+                plots.stats_row(base_label + (" (reused)" if base.reused else ""), req.baseline.method,
+                                base.stats, 1.0)]
+    else:
+        rows = [plots.stats_row(main_label, req.config.method, main.stats, None)]
+    summary = f"{main_label}: {main.stats['nfe']:.0f} target passes, {main.stats['wall_time']:.2f} s"
+    if base is not None:
+        summary += (f"; {base_label}: {base.stats['nfe']:.0f} passes, {base.stats['wall_time']:.2f} s"
+                    f" -> speed-up {speedup:.2f}x")
+    lines.append(summary)
+    stats = {
+        "model": req.model,
+        "prompt": req.prompt,
+        "seed": req.seed,
+        "notices": main.notices,
+        "main": main.as_json(n),
+        "baseline": base.as_json(n) if base is not None else None,
+        "speedup": speedup,
+        "total_s": time.perf_counter() - t_click,
+    }
+    compare = (plots.enlarge(main.image), plots.enlarge(base.image)) if base is not None else None
+    # the last message carries every output, so that an API caller's result is complete
+    yield _outputs(**{**shown, "compare": compare, "table": plots.stats_table(rows), "log": "\n".join(lines),
+                      "stats": stats, "cache": cache})
+
+
+@GPU(duration=GPU_DURATION)
+def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
+             branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None):
+    """Generate an image with ``method``, then with ``baseline`` (same prompt, seed and sampling), streaming both.
+
+    Yields the outputs in ``OUTPUT_NAMES`` order (+ the session cache). Raises
+    ``gr.Error`` for an empty prompt, an unavailable model or settings out of range.
+    """
+    req = build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma,
+                        depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale)
+    try:
+        yield from _generate(req, cache)
+    except gr.Error:
+        raise
+    except (GeneratorExit, KeyboardInterrupt):
+        raise
+    except Exception as err:  # keep the message; the pipeline itself stays healthy (its lock is released)
+        log.exception("generation failed")
+        raise gr.Error(f"Generation failed: {type(err).__name__}: {err}") from err
+
+
+def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
+          branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None):
+    """Slider release: wait ``DEBOUNCE_S`` (further slider input cancels us), then re-run with the same seed."""
+    if method not in RELAXED or not isinstance(prompt, str) or not prompt.strip():
+        yield _outputs()
+        return
+    time.sleep(DEBOUNCE_S)
+    yield _outputs()  # a cancellation point before any model work
+    yield from generate(prompt, model, method, baseline, seed, False, delta, lam, k, draft, gamma, depth,
+                        branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache)
+
+
+# ----------------------------------------------------------------------------- page
+
+
+class _Slider(gr.Slider):
+    """A ``gr.Slider`` whose out-of-range error names the parameter (its elem_id), for API callers."""
+
+    is_template = True  # rendered by the frontend's Slider
+
+    def preprocess(self, payload: float) -> float:
+        try:
+            return super().preprocess(payload)
+        except gr.Error as err:
+            raise gr.Error(f"{self.elem_id}: {err.message}", title="Invalid settings") from None
+
+CSS = """
+.pixelated img { image-rendering: pixelated; }
+#notice:empty { display: none; }
+.footer-note { font-size: 0.85em; opacity: 0.85; }
+"""
+
+_SYSTEM_FONTS = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica", "Arial",
+                 "sans-serif"]
+_MONO_FONTS = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
+
+
+def theme() -> gr.themes.Base:
+    """The default theme with system fonts (no web-font download: the page works offline)."""
+    return gr.themes.Default(font=_SYSTEM_FONTS, font_mono=_MONO_FONTS, primary_hue="orange")
+
+
+HEADER = """
+# LANTERN: relaxed speculative decoding for visual autoregressive models
+A visual AR model draws an image as a sequence of codebook tokens, one target pass per token.
+A small drafter proposes several tokens and the target checks them in one pass. **LANTERN** also accepts a
+draft when the target preferred one of its *k* nearest codebook neighbours, moving at most **δ** of
+probability mass (total variation distance) per position — many tokens look alike, so images barely change
+while far fewer target passes are needed. Move δ or k and release the slider: the same seed runs again.
+"""
+
+FOOTER = """
+---
+<div class="footer-note">
+
+Emoji images: [OpenMoji](https://openmoji.org) – the open-source emoji and icon project.
+License: [CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/). The embedded model was trained
+on them; its outputs are adaptations shared under the same licence.
+Papers: [LANTERN (arXiv 2410.03355)](https://arxiv.org/abs/2410.03355) ·
+[LANTERN++ (arXiv 2502.06352)](https://arxiv.org/abs/2502.06352).
+Token map: grey = sampled by the target, warm colours = accepted draft token by draft depth (darker = deeper),
+dark lines separate tokens committed by different target passes, numbers = pass index.
+</div>
+"""
+
+LAUNCH_KWARGS: dict[str, Any] = {"css": CSS}
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """Keyword arguments for ``demo.launch()`` (Gradio 6 takes theme and CSS there)."""
+    return {**LAUNCH_KWARGS, "theme": theme()}
+
+
+def _method_visibility(method: str) -> tuple:
+    relaxed = method in RELAXED
+    return (gr.update(visible=relaxed), gr.update(visible=method == "lantern++"), gr.update(visible=relaxed),
+            gr.update(visible=method != "ar"))
+
+
+def build_demo(models: Models) -> gr.Blocks:
+    """The page; ``models`` becomes the process-wide model registry used by the handlers."""
+    global _MODELS
+    _MODELS = models
+    v = preset_values(models.default)
+    max_k = models.pipelines[models.default].max_k
+    with gr.Blocks(title="LANTERN demo: relaxed speculative decoding for image generation") as demo:
+        gr.Markdown(HEADER)
+        notice = gr.Markdown(models.notice(models.default), label="notice", elem_id="notice")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=4, min_width=320):
+                prompt = gr.Textbox(label="Prompt", placeholder="e.g. grinning face (Enter generates)", lines=1,
+                                    max_lines=3, elem_id="prompt")
+                with gr.Row():
+                    run_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
+                model = gr.Dropdown(models.choices(), value=models.default, label="Model", elem_id="model")
+                method = gr.Radio(METHOD_CHOICES, value=v["method"], label="Method", elem_id="method")
+                baseline = gr.Radio(BASELINE_CHOICES, value=v["baseline"], elem_id="baseline",
+                                    label="Baseline (runs after, same prompt, seed and sampling)")
+                with gr.Row():
+                    seed = gr.Number(v["seed"], label="Seed", precision=0, minimum=0, maximum=2**31 - 1,
+                                     elem_id="seed")
+                    randomize = gr.Checkbox(v["randomize_seed"], label="Randomise seed on Generate")
+                relaxed0 = v["method"] in RELAXED
+                delta = _Slider(0.0, 1.0, value=v["delta"], step=0.01, label="δ: relaxation budget (TVD)",
+                                  info="probability mass that may move onto the draft per position; "
+                                       "for LANTERN++ a cap (1 = none)", visible=relaxed0, elem_id="delta")
+                lam = _Slider(1.0, 10.0, value=v["lam"], step=0.1, label="λ (LANTERN++)",
+                                info="relaxed mass ≤ λ · p(draft)", visible=v["method"] == "lantern++",
+                                elem_id="lam")
+                k = _Slider(1, max_k, value=min(v["k"], max_k), step=1, label="k: nearest codebook neighbours",
+                              visible=relaxed0, elem_id="k")
+                with gr.Accordion("Drafting", open=False, visible=v["method"] != "ar") as drafting:
+                    draft = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
+                                     info="auto: SD chain, EAGLE-2/LANTERN dynamic tree, LANTERN++ static tree")
+                    gamma = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ", elem_id="gamma")
+                    depth = _Slider(1, 12, value=v["depth"], step=1, label="Tree depth", elem_id="depth")
+                    branching = _Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)", elem_id="branching")
+                    tree_tokens = _Slider(2, 128, value=v["tree_tokens"], step=1,
+                                            label="Tree total tokens (incl. the root)", elem_id="tree_tokens")
+                with gr.Accordion("Sampling", open=False):
+                    temperature = _Slider(0.0, 2.0, value=v["temperature"], step=0.05, label="Temperature",
+                                            info="0 = greedy", elem_id="temperature")
+                    top_k = _Slider(0, 16384, value=v["top_k"], step=1, label="Top-k (0 = all tokens)", elem_id="top_k")
+                    top_p = _Slider(0.01, 1.0, value=v["top_p"], step=0.01, label="Top-p", elem_id="top_p")
+                    cfg_scale = _Slider(0.0, 20.0, value=v["cfg_scale"], step=0.1, label="CFG scale",
+                                          info="classifier-free guidance; 1 = off", elem_id="cfg_scale")
+            with gr.Column(scale=7):
+                with gr.Row():
+                    image = gr.Image(label=METHOD_TITLES[v["method"]], type="pil", format="png", interactive=False,
+                                     height=300, elem_id="main-image", elem_classes="pixelated",
+                                     buttons=["download", "fullscreen"])
+                    base_image = gr.Image(label=f"{METHOD_TITLES[v['baseline']]} baseline", type="pil",
+                                          format="png", interactive=False, height=300, elem_id="baseline-image",
+                                          elem_classes="pixelated", buttons=["download", "fullscreen"])
+                with gr.Row():
+                    token_map = gr.Image(label="Token map: who committed each token, in which pass", type="pil",
+                                         format="png", interactive=False, height=300, elem_id="token-map",
+                                         buttons=["download", "fullscreen"])
+                    with gr.Column():
+                        per_step = gr.BarPlot(x="target pass", y="tokens", color="kind",
+                                              color_map=plots.KIND_COLOURS, colors_in_legend=[],
+                                              label="Tokens committed per target pass", height=220,
+                                              caption="orange: accepted draft tokens · grey: token sampled "
+                                                      "by the target (1 per pass)", elem_id="per-step")
+                        cumulative = gr.LinePlot(x="target passes", y="tokens", color="run",
+                                                 color_map=plots.RUN_COLOURS, colors_in_legend=[],
+                                                 label="Tokens vs target passes", height=220,
+                                                 caption="orange: chosen method · blue: baseline · grey: AR, "
+                                                         "1 token per pass (y = x)", elem_id="cumulative")
+                log_box = gr.Textbox(label="Log (one line per target pass)", lines=6, max_lines=6,
+                                     interactive=False, autoscroll=True, elem_id="log")
+                compare = gr.ImageSlider(label="Compare: method | baseline (drag the handle)", type="pil",
+                                         format="png", interactive=False, elem_id="compare",
+                                         elem_classes="pixelated", max_height=320)
+                table = gr.Dataframe(plots.stats_table([]), label="Statistics (wall time: prefill to last token)",
+                                     interactive=False, elem_id="stats-table")
+                with gr.Accordion("Raw statistics (JSON, as returned by the API)", open=False):
+                    stats = gr.JSON(label="stats", elem_id="stats-json")
+        gr.Markdown(FOOTER, elem_id="footer")
+        cache = gr.State(None)
+        current_model = gr.State(models.default)
+
+        inputs = [prompt, model, method, baseline, seed, randomize, delta, lam, k, draft, gamma, depth, branching,
+                  tree_tokens, temperature, top_k, top_p, cfg_scale, cache]
+        outputs = [image, base_image, token_map, per_step, cumulative, log_box, compare, table, seed, notice, stats,
+                   cache]
+        run_evt = gr.on([run_btn.click, prompt.submit], generate, inputs, outputs, api_name="generate",
+                        concurrency_id="generate", concurrency_limit=1, show_progress="minimal",
+                        show_progress_on=[log_box])
+        sliders = [delta, lam, k]
+        rerun_evt = gr.on([s.release for s in sliders], rerun, inputs, outputs, api_visibility="private",
+                          concurrency_id="generate", concurrency_limit=1, trigger_mode="always_last",
+                          cancels=[run_evt], show_progress="minimal", show_progress_on=[log_box])
+        # moving a slider again cancels the pending/running re-run (debounce)
+        gr.on([s.input for s in sliders], None, cancels=[run_evt, rerun_evt])
+        stop_btn.click(None, cancels=[run_evt, rerun_evt])
+        stop_btn.click(lambda text: (text + "\n" if text else "") + "stopped by the user", log_box, log_box,
+                       queue=False, api_visibility="private")
+
+        method.change(_method_visibility, method, [delta, lam, k, drafting], api_visibility="private",
+                      queue=False)
+
+        controls = {"delta": delta, "lam": lam, "k": k, "draft": draft,
+                    "gamma": gamma, "depth": depth, "branching": branching, "tree_tokens": tree_tokens,
+                    "temperature": temperature, "top_k": top_k, "top_p": top_p, "cfg_scale": cfg_scale}
+
+        def select_model(name, previous):
+            try:
+                pipe = _models().get(name)
+            except PresetUnavailable as err:
+                gr.Warning(str(err), title="Model unavailable")
+                return (previous, *[gr.skip()] * len(controls), _models().notice(previous), previous)
+            values = preset_values(name)
+            updates = [gr.update(value=values[key]) for key in controls]
+            updates[list(controls).index("k")] = gr.update(maximum=pipe.max_k, value=values["k"])
+            return (name, *updates, _models().notice(name), name)
+
+        model.input(select_model, [model, current_model], [model, *controls.values(), notice, current_model],
+                    api_visibility="private", concurrency_id="load", concurrency_limit=1)
+    return demo
+
+
+def create_app(env: dict[str, str] | None = None) -> tuple[gr.Blocks, Models]:
+    """Load the models (start-up) and build the queued app."""
+    models = load_models(env)
+    demo = build_demo(models)
+    demo.queue(max_size=int(os.environ.get("LANTERN_QUEUE_SIZE", "16")), default_concurrency_limit=1)
+    return demo, models

@@ -1,0 +1,195 @@
+"""The app through its public API: launched in-process, driven with gradio_client.
+
+Runs on the untrained 'tiny-random' preset (selected with LANTERN_PRESETS /
+LANTERN_DEFAULT_PRESET before ``app`` is imported), so it needs no trained weights
+and no network.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ["LANTERN_PRESETS"] = "tiny-random"
+os.environ["LANTERN_DEFAULT_PRESET"] = "tiny-random"
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from gradio_client import Client  # noqa: E402
+from gradio_client.exceptions import AppError  # noqa: E402
+
+from lantern_demo.engine import DecodeConfig  # noqa: E402
+from lantern_demo.pipeline import load_pipeline  # noqa: E402
+from lantern_demo.sampling import SamplingConfig  # noqa: E402
+from lantern_demo.ui import AUTO_DRAFT, INPUT_NAMES, OUTPUT_NAMES  # noqa: E402
+
+# small drafting shapes keep every run around a second on 2 CPU cores
+BASE = dict(prompt="a red cat", model="tiny-random", method="lantern", baseline="ar", seed=3, randomize_seed=False,
+            delta=0.25, lam=2.0, k=16, draft="auto", gamma=4, depth=3, branching=3, tree_tokens=10,
+            temperature=1.0, top_k=0, top_p=1.0, cfg_scale=3.0)
+OUT = {name: i for i, name in enumerate(OUTPUT_NAMES)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    import app
+    from lantern_demo.ui import launch_kwargs
+
+    port = _free_port()
+    app.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                    **launch_kwargs())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        app.demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server, verbose=False)
+
+
+def _args(**overrides):
+    values = {**BASE, **overrides}
+    return [values[name] for name in INPUT_NAMES]
+
+
+def _is_update(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update"
+
+
+def _reference(**overrides):
+    """The same generation run directly on the cached pipeline (what the engine says)."""
+    v = {**BASE, **overrides}
+    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"], depth=v["depth"], top_k=v["branching"],
+                       total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
+                       sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
+    return load_pipeline("tiny-random", "cpu")(v["prompt"], cfg, seed=v["seed"])
+
+
+def test_api_is_documented(client):
+    info = client.view_api(return_format="dict", print_info=False)
+    endpoints = info["named_endpoints"]
+    assert list(endpoints) == ["/generate"]  # the slider re-run and model switch handlers are private
+    names = [p["parameter_name"] for p in endpoints["/generate"]["parameters"]]
+    assert names == list(INPUT_NAMES)
+    assert len(endpoints["/generate"]["returns"]) == len(OUTPUT_NAMES)
+
+
+def test_generate_streams_and_final_stats_match_the_engine(client):
+    job = client.submit(*_args(), api_name="/generate")
+    final = job.result(timeout=120)
+    outputs = job.outputs()
+    # intermediate messages: the image updates several times before the final one
+    images = [o[OUT["image"]] for o in outputs[:-1] if isinstance(o[OUT["image"]], str)]
+    assert len(images) >= 2, f"expected several partial images, got {len(images)} in {len(outputs)} messages"
+    assert any(_is_update(o[OUT["compare"]]) for o in outputs[1:-1])  # compare appears only at the end
+
+    stats = final[OUT["stats"]]
+    main, base = stats["main"], stats["baseline"]
+    assert sum(main["accepted_per_step"]) == 256 and main["stats"]["tokens"] == 256
+    assert len(main["accepted_per_step"]) == main["stats"]["nfe"]
+    assert base["method"] == "ar" and base["stats"]["nfe"] == 256 and sum(base["accepted_per_step"]) == 256
+    assert main["stats"]["mean_accepted"] == pytest.approx(256 / main["stats"]["nfe"])
+    assert stats["speedup"] == pytest.approx(base["stats"]["wall_time"] / main["stats"]["wall_time"])
+    assert 0.0 < main["stats"]["mean_tvd"] <= BASE["delta"] + 1e-6
+
+    ref = _reference()
+    assert main["tokens"] == ref.tokens.tolist()
+    assert main["stats"]["nfe"] == ref.stats["nfe"]
+    assert main["accepted_per_step"] == [len(s.tokens) for s in ref.steps]
+
+    # every output is complete in the last message (predict() returns it)
+    for name in ("image", "baseline_image", "token_map", "log", "seed", "notice"):
+        assert not _is_update(final[OUT[name]]), name
+    assert Path(final[OUT["image"]]).is_file() and Path(final[OUT["baseline_image"]]).is_file()
+    assert len(final[OUT["compare"]]) == 2
+    table = final[OUT["table"]]
+    assert [row[0] for row in table["data"]] == ["LANTERN", "AR baseline"]
+    assert table["data"][0][3] == main["stats"]["nfe"] and table["data"][1][3] == 256
+    assert "Untrained model" in final[OUT["notice"]]
+
+
+def test_same_seed_same_image(client):
+    a = client.predict(*_args(seed=11, baseline="none"), api_name="/generate")
+    b = client.predict(*_args(seed=11, baseline="none"), api_name="/generate")
+    assert Path(a[OUT["image"]]).read_bytes() == Path(b[OUT["image"]]).read_bytes()
+    assert a[OUT["stats"]]["main"]["tokens"] == b[OUT["stats"]]["main"]["tokens"]
+    assert a[OUT["stats"]]["baseline"] is None
+    c = client.predict(*_args(seed=12, baseline="none"), api_name="/generate")
+    assert c[OUT["stats"]]["main"]["tokens"] != a[OUT["stats"]]["main"]["tokens"]
+
+
+def test_randomised_seed_is_returned(client):
+    out = client.predict(*_args(randomize_seed=True, baseline="none", method="sd"), api_name="/generate")
+    assert out[OUT["seed"]] == out[OUT["stats"]]["seed"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(prompt="   "), "enter a prompt"),
+    (dict(delta=1.5), "delta: Value 1.5 is greater than maximum value 1"),
+    (dict(lam=0.5), "lam: Value 0.5 is less than minimum value 1"),
+    (dict(k=0), "k: Value 0 is less than minimum value 1"),
+    (dict(top_p=0.0), "top_p: Value 0.0 is less than minimum value 0.01"),
+    (dict(gamma=2.5, method="sd"), "gamma must be a whole number"),
+    (dict(method="nope"), "not in the list of choices"),
+    (dict(model="llamagen-t2i"), "not in the list of choices"),
+])
+def test_bad_inputs_give_clear_errors(client, overrides, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(*_args(**overrides), api_name="/generate")
+
+
+def test_notices_for_unknown_words_and_long_prompts(client):
+    out = client.predict(*_args(prompt="a red zorblax cat " + "star " * 600, method="sd", baseline="none"),
+                         api_name="/generate")
+    notices = out[OUT["stats"]]["notices"]
+    assert any("zorblax" in n for n in notices) and any("cut" in n for n in notices)
+    assert "zorblax" in out[OUT["notice"]]
+
+
+def test_two_concurrent_clients_both_finish_correctly(server):
+    results = {}
+
+    def run(seed):
+        c = Client(server, verbose=False)
+        results[seed] = c.predict(*_args(seed=seed, method="sd", baseline="ar"), api_name="/generate")
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (21, 22)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert set(results) == {21, 22}
+    for seed, out in results.items():
+        stats = out[OUT["stats"]]
+        assert stats["seed"] == seed
+        assert stats["main"]["tokens"] == _reference(seed=seed, method="sd").tokens.tolist()
+        assert sum(stats["main"]["accepted_per_step"]) == 256 and stats["baseline"]["stats"]["nfe"] == 256
+
+
+def test_cancelled_run_leaves_the_app_healthy(client):
+    expected = client.predict(*_args(seed=31, baseline="none"), api_name="/generate")
+    job = client.submit(*_args(seed=32, method="eagle", depth=5, branching=6, tree_tokens=40),
+                        api_name="/generate")
+    deadline = time.time() + 60
+    while len(job.outputs()) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    job.cancel()
+    again = client.predict(*_args(seed=31, baseline="none"), api_name="/generate")
+    assert again[OUT["stats"]]["main"]["tokens"] == expected[OUT["stats"]]["main"]["tokens"]
+    assert Path(again[OUT["image"]]).read_bytes() == Path(expected[OUT["image"]]).read_bytes()
+    assert torch.equal(torch.tensor(again[OUT["stats"]]["main"]["tokens"]), _reference(seed=31).tokens)
