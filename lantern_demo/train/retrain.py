@@ -1,0 +1,144 @@
+"""The retraining pipeline behind ``python -m lantern_demo.train`` (stage functions + settings).
+
+Output layout (what ``lantern_demo.pipeline`` loads for the ``emoji`` preset):
+``vq/`` (``VQModel.save_pretrained``), ``text_encoder/`` (``WordTextEncoder.save``),
+``target/`` (``checkpoints.save_gpt``), ``drafter/`` (``checkpoints.save_drafter``),
+``metrics.json`` (every stage's measurements), ``samples.png`` and ``README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import emoji_data
+
+
+@dataclass
+class Settings:
+    """Step counts and sizes of one retraining run (``full()`` or ``smoke()``)."""
+
+    data_limit: int | None = None
+    vq_steps: int = 2400
+    vq_batch: int = 24
+    vq_full_batch: int = 12
+    vq_crop_fraction: float = 0.8
+    gpt_steps: int = 1800
+    gpt_batch: int = 16
+    drafter_steps: int = 600
+    drafter_batch: int = 16
+    eval_batch: int = 64
+    grid_n: int = 16  # held-out and training captions in the sample grid
+    spec_prompts: int = 8  # prompts per speculative setting measured for the card
+    spec_settings: int | None = None  # measure only the first n of card.SPEC_SETTINGS
+
+    @classmethod
+    def full(cls) -> "Settings":
+        return cls()
+
+    @classmethod
+    def smoke(cls) -> "Settings":
+        return cls(data_limit=24, vq_steps=3, vq_batch=4, vq_full_batch=2, gpt_steps=3, gpt_batch=4,
+                   drafter_steps=3, drafter_batch=4, eval_batch=8, grid_n=1,
+                   spec_prompts=1, spec_settings=2)
+
+
+def _metrics_path(out: Path) -> Path:
+    return out / "metrics.json"
+
+
+def load_metrics(out: Path) -> dict:
+    p = _metrics_path(out)
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def update_metrics(out: Path, key: str, value) -> dict:
+    m = load_metrics(out)
+    m[key] = value
+    _metrics_path(out).write_text(json.dumps(m, indent=2, ensure_ascii=False))
+    return m
+
+
+def stage_data(out: Path, cache: Path, seed: int, s: Settings, log) -> emoji_data.EmojiDataset:
+    t = time.time()
+    ds = emoji_data.load_or_build(cache, seed=seed, limit=s.data_limit, log=log)
+    update_metrics(out, "data", {
+        "images": len(ds), "heldout": int(ds.split.sum()), "captions": sum(len(c) for c in ds.captions),
+        "image_size": int(ds.images.shape[1]), "seed": seed, "seconds": round(time.time() - t, 1),
+    })
+    return ds
+
+
+def stage_vq(out: Path, ds, seed: int, s: Settings, log):
+    from .train_vq import train_vq
+
+    tr, he = ds.images[ds.split == 0], ds.images[ds.split == 1]
+    vq, m = train_vq(tr, he, out / "vq", steps=s.vq_steps, batch=s.vq_batch, full_batch=s.vq_full_batch, crop_fraction=s.vq_crop_fraction,
+                     seed=seed, restart_every=max(1, min(100, s.vq_steps // 4)), log=log)
+    update_metrics(out, "vq", m)
+    return vq
+
+
+def token_ids(out: Path, cache: Path, ds, log) -> torch.Tensor:
+    """VQ token ids [N, 256] of every image, cached next to the dataset (keyed by the VQ weights)."""
+    import hashlib
+
+    from .train_vq import encode_ids, load_vq
+
+    wfile = out / "vq" / "diffusion_pytorch_model.safetensors"
+    key = hashlib.sha1(wfile.read_bytes()).hexdigest()[:12] + f"_{len(ds)}"
+    p = cache / f"ids_{key}.pt"
+    if p.exists():
+        return torch.load(p)
+    t = time.time()
+    vq = load_vq(out / "vq")
+    ids = encode_ids(vq, ds.images).reshape(len(ds), -1)
+    cache.mkdir(parents=True, exist_ok=True)
+    torch.save(ids, p)
+    log(f"encoded {len(ds)} images to tokens in {time.time() - t:.0f}s")
+    return ids
+
+
+def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print) -> dict:
+    s = Settings.smoke() if smoke else Settings.full()
+    out, cache = Path(out), Path(cache)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    timings = load_metrics(out).get("timings", {})
+    ds = None
+
+    def timed(name, fn):
+        t = time.time()
+        log(f"== stage {name}")
+        r = fn()
+        timings[name] = round(time.time() - t, 1)
+        update_metrics(out, "timings", timings)
+        return r
+
+    ds = timed("data", lambda: stage_data(out, cache, seed, s, log))
+    if "vq" in stages:
+        timed("vq", lambda: stage_vq(out, ds, seed, s, log))
+    if "gpt" in stages:
+        from .train_gpt import stage_gpt
+
+        ids = token_ids(out, cache, ds, log)
+        timed("gpt", lambda: stage_gpt(out, ds, ids, seed, s, log))
+    if "drafter" in stages:
+        from .train_drafter import stage_drafter
+
+        ids = token_ids(out, cache, ds, log)
+        timed("drafter", lambda: stage_drafter(out, ds, ids, seed, s, log))
+    if "card" in stages:
+        from .card import stage_card
+
+        timed("card", lambda: stage_card(out, ds, seed, s, log))
+    m = load_metrics(out)
+    m["settings"] = asdict(s)
+    _metrics_path(out).write_text(json.dumps(m, indent=2, ensure_ascii=False))
+    return m

