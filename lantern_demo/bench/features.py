@@ -64,15 +64,17 @@ def words(text: str) -> list[str]:
 
 
 def default_data_dir() -> Path:
-    """Where the emoji dataset is cached: $LANTERN_EMOJI_DATA, else artifacts/emoji_data
-    (or /tmp/emoji_cache when that already holds a build)."""
+    """Where the emoji dataset is cached: $LANTERN_EMOJI_DATA if set, else the first of
+    artifacts/emoji_data, the trainer's cache ($LANTERN_CACHE or ~/.cache/lantern-demo)/train and
+    /tmp/emoji_cache that holds a build, else the trainer's cache (built there on first use)."""
     env = os.environ.get("LANTERN_EMOJI_DATA")
     if env:
         return Path(env)
-    local = ROOT / "artifacts" / "emoji_data"
-    if not (local / "emoji64.npz").exists() and Path("/tmp/emoji_cache/emoji64.npz").exists():
-        return Path("/tmp/emoji_cache")
-    return local
+    trainer = Path(os.environ.get("LANTERN_CACHE", Path.home() / ".cache" / "lantern-demo")) / "train"
+    for d in (ROOT / "artifacts" / "emoji_data", trainer, Path("/tmp/emoji_cache")):
+        if (d / "emoji64.npz").exists() and (d / "emoji64.json").exists():
+            return d
+    return trainer
 
 
 def load_dataset(data_dir: str | Path | None = None, build: bool = True):
@@ -297,8 +299,7 @@ def train(data_dir: str | Path | None = None, out: str | Path = DEFAULT_DIR, epo
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", action="store_true", help="train the encoder and save it")
-    ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache (default: %(default)s -> "
-                    "$LANTERN_EMOJI_DATA or artifacts/emoji_data)")
+    ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache (default: see default_data_dir)")
     ap.add_argument("--out", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch", type=int, default=256)

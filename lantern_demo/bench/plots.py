@@ -42,7 +42,16 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
                             color="black", ms=7, capsize=2)
                 ax.annotate(r["method"], (s.get("speedup_vs_ar", np.nan), s[key]), textcoords="offset points",
                             xytext=(5, 4), fontsize=8)
-        lant = [r for r in rows if r["method"] == "lantern"]
+        lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
+        chain = sorted((r for r in rows if r["method"] == "lantern" and r["shape"] == "chain"),
+                       key=lambda r: r["params"]["delta"])
+        if chain:
+            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in chain]
+            ys = [r["summary"].get(key, np.nan) for r in chain]
+            ax.errorbar(xs, ys, yerr=[r["summary"].get(err, np.nan) for r in chain], marker="P", ls=":",
+                        capsize=2, label=f"lantern on sd's chain (k={chain[0]['params']['k']:g})")
+            for r, x, y in zip(chain, xs, ys):
+                ax.annotate(f"{r['params']['delta']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ks = sorted({r["params"]["k"] for r in lant})
         zero = [r for r in lant if r["params"]["delta"] == 0]
         for k in ks:
@@ -106,7 +115,7 @@ def samples(result: dict[str, Any], images: dict[str, list[np.ndarray]], path: P
     plt = _mpl()
     rows = result["rows"]
     names = [r["name"] for r in rows if not r["params"]]
-    lant = [r for r in rows if r["method"] == "lantern"]
+    lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
     if lant:
         names.append(min(lant, key=lambda r: r["summary"]["mean_tvd"])["name"])
         names.append(max(lant, key=lambda r: r["summary"].get("speedup_vs_ar", 0.0))["name"])
