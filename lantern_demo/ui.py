@@ -120,7 +120,8 @@ OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative"
 
 DEBOUNCE_S = 0.3  # a slider release waits this long (cancelled by further slider input) before running
 STREAM_SHARE = 0.1  # Gradio-side cost of streamed frames, as a share of elapsed time (plus the decode share)
-DECODE_SHARE = 0.1  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
+MAX_GAP_S = 0.5  # ... but a new partial image is sent at least this often
+DECODE_SHARE = 0.15  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
 LOG_LINES = 400
 GPU_DURATION = int(os.environ.get("LANTERN_GPU_DURATION", "90"))
 
@@ -330,6 +331,7 @@ class _Run:
     notices: list[str] = dataclasses.field(default_factory=list)
     first_image_s: float | None = None
     final_image_s: float | None = None
+    frames: int = 0
 
     def as_json(self, num_tokens: int) -> dict[str, Any]:
         return {
@@ -343,7 +345,40 @@ class _Run:
             "reused": self.reused,
             "first_image_s": self.first_image_s,
             "final_image_s": self.final_image_s,
+            "frames": self.frames,
         }
+
+
+class _Log:
+    """The log box: a header line, then the last ``LOG_LINES`` lines (one per target pass)."""
+
+    def __init__(self, header: str):
+        self.header = header
+        self.lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+    def text(self) -> str:
+        return "\n".join([self.header, *self.lines])
+
+
+def describe(config: DecodeConfig) -> str:
+    """A short description of a method's parameters for the log, e.g. "δ=0.25, k=16, tree 4x4/16"."""
+    parts = []
+    if config.method == "lantern":
+        parts.append(f"δ={config.delta:g}, k={config.k}")
+    elif config.method == "lantern++":
+        parts.append(f"λ={config.lam:g}, δ≤{config.delta:g}, k={config.k}")
+    shape = config.shape
+    if shape == "chain":
+        parts.append(f"chain γ={config.gamma}")
+    elif shape is not None:
+        parts.append(f"{'static' if shape == 'static' else 'dynamic'} tree depth {config.depth}, top-{config.top_k}, {config.total_tokens} tokens")
+    s = config.sampling
+    parts.append(f"T={s.temperature:g}, cfg={s.cfg_scale:g}" + (f", top-k {s.top_k}" if s.top_k else "")
+                 + (f", top-p {s.top_p:g}" if s.top_p < 1 else ""))
+    return "; ".join(parts)
 
 
 def _outputs(**values: Any) -> tuple:
@@ -356,14 +391,15 @@ def _baseline_key(req: Request) -> tuple:
     return (req.model, req.prompt, req.seed, repr(req.baseline))
 
 
-def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, lines: collections.deque,
+def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: "_Log",
                 others: dict[str, list], t_click: float) -> Iterator[tuple[_Run, dict[str, Any]]]:
     """Run one generation, yielding (run, outputs to update) whenever a frame is worth sending.
 
     Frames are sent while their cost (building them, and Gradio processing and
     sending them: from building to our resumption) stays within ``STREAM_SHARE`` of
-    the elapsed time; the first frame (right after the prefill) and the last are
-    always sent. The pipeline itself keeps partial VQ decodes within ``DECODE_SHARE``.
+    the elapsed time, and at least every ``MAX_GAP_S`` when the pipeline has a new
+    image; the first frame (right after the prefill) and the last are always sent.
+    The pipeline itself keeps partial VQ decodes within ``DECODE_SHARE``.
     """
     pipe = req.pipe
     n = pipe.num_tokens
@@ -371,26 +407,26 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, lines
     relaxed = config.relaxed
     image_key = "image" if role == "method" else "baseline_image"
     committed = seen = 0
-    ui_time = last_cost = 0.0
+    ui_time = last_cost = last_frame = 0.0
     t0 = time.perf_counter()
     with contextlib.closing(pipe.stream(req.prompt, config, req.seed, decode_share=DECODE_SHARE)) as stream:
         for gen in stream:
             for step in gen.steps[seen:]:
                 committed += len(step.tokens)
-                lines.append(plots.step_line(label, step, committed, n, relaxed))
+                log.add(plots.step_line(label, step, committed, n, relaxed))
             seen = len(gen.steps)
             run.steps, run.notices = gen.steps, gen.notices
             if gen.image is None and not gen.done:
                 continue
             t_frame = time.perf_counter()
-            if (not gen.done and run.first_image_s is not None
-                    and ui_time + last_cost > STREAM_SHARE * (t_frame - t0 + last_cost)):
+            within_budget = ui_time + last_cost <= STREAM_SHARE * (t_frame - t0 + last_cost)
+            if not gen.done and run.frames and not within_budget and t_frame - last_frame < MAX_GAP_S:
                 continue
             if gen.done:
                 run.image, run.tokens, run.stats = gen.image, gen.tokens.tolist(), gen.stats
-            frame = {image_key: plots.enlarge(gen.image),
+            frame = {image_key: gen.image,
                      "cumulative": plots.cumulative_frame({**others, role: gen.steps}, n),
-                     "log": "\n".join(lines)}
+                     "log": log.text()}
             if role == "method":
                 frame["per_step"] = plots.per_step_frame(gen.steps)
                 frame["token_map"] = plots.token_map(gen.source, gen.step_of, pipe.target.cfg.grid)
@@ -398,8 +434,10 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, lines
                 run.first_image_s = time.perf_counter() - t_click
             if gen.done:
                 run.final_image_s = time.perf_counter() - t_click
+            run.frames += 1
             yield run, frame
-            last_cost = time.perf_counter() - t_frame  # building the frame + Gradio sending it
+            last_frame = time.perf_counter()
+            last_cost = last_frame - t_frame  # building the frame + Gradio sending it
             ui_time += last_cost
     # streaming overhead: partial decodes and frames, as a share of the run (the final decode excluded)
     run.stats["ui_time"] = ui_time
@@ -410,22 +448,21 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, lines
 def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
     t_click = time.perf_counter()
     pipe, n = req.pipe, req.pipe.num_tokens
-    lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
     main_label = METHOD_TITLES[req.config.method]
     base_label = f"{METHOD_TITLES[req.baseline.method]} baseline" if req.baseline else None
     notice = _models().notice(req.model)
-    lines.append(f"model {req.model}, seed {req.seed}, {main_label}"
-                 + (f" vs {base_label}" if base_label else "") + f", {n} tokens")
+    log = _Log(f"model {req.model}, seed {req.seed}, {n} tokens: {main_label} ({describe(req.config)})"
+               + (f" vs {base_label} ({describe(req.baseline)})" if req.baseline else ""))
     reuse = bool(req.baseline and cache and cache.get("key") == _baseline_key(req))
-    base_value = plots.enlarge(cache["run"].image) if reuse else None
+    base_value = cache["run"].image if reuse else None
     yield _outputs(image=gr.update(label=main_label),
                    baseline_image=gr.update(value=base_value, label=base_label or "Baseline (none)"),
                    compare=None, table=plots.stats_table([]), seed=req.seed, notice=notice,
-                   log="\n".join(lines))
+                   log=log.text())
     shown: dict[str, Any] = {"baseline_image": base_value, "seed": req.seed, "notice": notice}
 
     main, noticed = None, False
-    for main, frame in _stream_run(req, req.config, main_label, "method", lines, {}, t_click):
+    for main, frame in _stream_run(req, req.config, main_label, "method", log, {}, t_click):
         if not noticed and main.notices:  # the first frame: prompt notices (cut, unknown words)
             noticed = True
             for message in main.notices:
@@ -439,10 +476,10 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
     if req.baseline is not None:
         if reuse:
             base = dataclasses.replace(cache["run"], reused=True)
-            lines.append(f"{base_label}: reused from the previous run (same model, prompt, seed and settings)")
+            log.add(f"{base_label}: reused from the previous run (same model, prompt, seed and settings)")
             shown["cumulative"] = plots.cumulative_frame({"method": main.steps, "baseline": base.steps}, n)
         else:
-            for base, frame in _stream_run(req, req.baseline, base_label, "baseline", lines,
+            for base, frame in _stream_run(req, req.baseline, base_label, "baseline", log,
                                            {"method": main.steps}, t_click):
                 shown.update(frame)
                 yield _outputs(**frame)
@@ -461,7 +498,7 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
     if base is not None:
         summary += (f"; {base_label}: {base.stats['nfe']:.0f} passes, {base.stats['wall_time']:.2f} s"
                     f" -> speed-up {speedup:.2f}x")
-    lines.append(summary)
+    log.add(summary)
     stats = {
         "model": req.model,
         "prompt": req.prompt,
@@ -472,9 +509,9 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
         "speedup": speedup,
         "total_s": time.perf_counter() - t_click,
     }
-    compare = (plots.enlarge(main.image), plots.enlarge(base.image)) if base is not None else None
+    compare = (plots.enlarge(main.image), plots.enlarge(base.image)) if base is not None else None  # slider: fixed size
     # the last message carries every output, so that an API caller's result is complete
-    yield _outputs(**{**shown, "compare": compare, "table": plots.stats_table(rows), "log": "\n".join(lines),
+    yield _outputs(**{**shown, "compare": compare, "table": plots.stats_table(rows), "log": log.text(),
                       "stats": stats, "cache": cache})
 
 
@@ -514,19 +551,30 @@ def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, 
 # ----------------------------------------------------------------------------- page
 
 
-class _Slider(gr.Slider):
-    """A ``gr.Slider`` whose out-of-range error names the parameter (its elem_id), for API callers."""
+def _Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
+    """A ``gr.Slider`` whose out-of-range error names the parameter (its elem_id), for API callers.
 
-    is_template = True  # rendered by the frontend's Slider
+    (The instance's ``preprocess`` is wrapped: a subclass would make Gradio write a
+    ``.pyi`` stub next to this module.)
+    """
+    slider = gr.Slider(*args, **kwargs)
+    check = slider.preprocess
 
-    def preprocess(self, payload: float) -> float:
+    def preprocess(payload: float) -> float:
         try:
-            return super().preprocess(payload)
+            return check(payload)
         except gr.Error as err:
-            raise gr.Error(f"{self.elem_id}: {err.message}", title="Invalid settings") from None
+            raise gr.Error(f"{slider.elem_id}: {err.message}", title="Invalid settings") from None
+
+    slider.preprocess = preprocess  # type: ignore[method-assign]
+    return slider
+
 
 CSS = """
 .pixelated img { image-rendering: pixelated; }
+/* model images are sent at their own resolution (64 px for the emoji model) and enlarged here */
+#main-image img, #baseline-image img, #token-map img { width: 100%; height: 100%; object-fit: contain; }
+#compare img { image-rendering: pixelated; }
 #notice:empty { display: none; }
 .footer-note { font-size: 0.85em; opacity: 0.85; }
 """
@@ -641,7 +689,7 @@ def build_demo(models: Models) -> gr.Blocks:
                                          buttons=["download", "fullscreen"])
                     with gr.Column():
                         per_step = gr.BarPlot(x="target pass", y="tokens", color="kind",
-                                              color_map=plots.KIND_COLOURS, colors_in_legend=[],
+                                              color_map=plots.KIND_COLOURS, colors_in_legend=[], x_lim=[0, None],
                                               label="Tokens committed per target pass", height=220,
                                               caption="orange: accepted draft tokens · grey: token sampled "
                                                       "by the target (1 per pass)", elem_id="per-step")
