@@ -121,7 +121,7 @@ OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative"
 DEBOUNCE_S = 0.3  # a slider release waits this long (cancelled by further slider input) before running
 STREAM_SHARE = 0.1  # Gradio-side cost of streamed frames, as a share of elapsed time (plus the decode share)
 MAX_GAP_S = 0.5  # ... but a new partial image is sent at least this often
-DECODE_SHARE = 0.15  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
+DECODE_SHARE = 0.1  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
 LOG_LINES = 400
 GPU_DURATION = int(os.environ.get("LANTERN_GPU_DURATION", "90"))
 
@@ -573,7 +573,8 @@ def _Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
 CSS = """
 .pixelated img { image-rendering: pixelated; }
 /* model images are sent at their own resolution (64 px for the emoji model) and enlarged here */
-#main-image img, #baseline-image img, #token-map img { width: 100%; height: 100%; object-fit: contain; }
+#main-image img, #baseline-image img, #token-map img {
+  width: 100%; height: 100%; object-fit: contain; padding-top: 34px; box-sizing: border-box; }
 #compare img { image-rendering: pixelated; }
 #notice:empty { display: none; }
 .footer-note { font-size: 0.85em; opacity: 0.85; }
@@ -632,6 +633,9 @@ def build_demo(models: Models) -> gr.Blocks:
     _MODELS = models
     v = preset_values(models.default)
     max_k = models.pipelines[models.default].max_k
+    # the API accepts k up to the largest table loaded (checked per model in build_request);
+    # a page shows its model's own range (set on load and on model change)
+    api_max_k = max(p.max_k for p in models.pipelines.values())
     with gr.Blocks(title="LANTERN demo: relaxed speculative decoding for image generation") as demo:
         gr.Markdown(HEADER)
         notice = gr.Markdown(models.notice(models.default), label="notice", elem_id="notice")
@@ -658,7 +662,7 @@ def build_demo(models: Models) -> gr.Blocks:
                 lam = _Slider(1.0, 10.0, value=v["lam"], step=0.1, label="λ (LANTERN++)",
                                 info="relaxed mass ≤ λ · p(draft)", visible=v["method"] == "lantern++",
                                 elem_id="lam")
-                k = _Slider(1, max_k, value=min(v["k"], max_k), step=1, label="k: nearest codebook neighbours",
+                k = _Slider(1, api_max_k, value=min(v["k"], max_k), step=1, label="k: nearest codebook neighbours",
                               visible=relaxed0, elem_id="k")
                 with gr.Accordion("Drafting", open=False, visible=v["method"] != "ar") as drafting:
                     draft = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
@@ -684,7 +688,7 @@ def build_demo(models: Models) -> gr.Blocks:
                                           format="png", interactive=False, height=300, elem_id="baseline-image",
                                           elem_classes="pixelated", buttons=["download", "fullscreen"])
                 with gr.Row():
-                    token_map = gr.Image(label="Token map: who committed each token, in which pass", type="pil",
+                    token_map = gr.Image(label="Token map (source and pass of each token)", type="pil",
                                          format="png", interactive=False, height=300, elem_id="token-map",
                                          buttons=["download", "fullscreen"])
                     with gr.Column():
@@ -746,7 +750,9 @@ def build_demo(models: Models) -> gr.Blocks:
             updates[list(controls).index("k")] = gr.update(maximum=pipe.max_k, value=values["k"])
             return (name, *updates, _models().notice(name), name)
 
-        model.input(select_model, [model, current_model], [model, *controls.values(), notice, current_model],
+        if api_max_k != max_k:
+            demo.load(lambda: gr.update(maximum=max_k), None, k, queue=False, api_visibility="private")
+        model.select(select_model, [model, current_model], [model, *controls.values(), notice, current_model],
                     api_visibility="private", concurrency_id="load", concurrency_limit=1)
     return demo
 

@@ -16,8 +16,12 @@ import time
 from pathlib import Path
 
 PRESET = os.environ.get("LANTERN_TEST_PRESET", "tiny-random")
-os.environ["LANTERN_PRESETS"] = PRESET
+# the untrained preset (no weights needed) plus a GPU preset that is listed but unavailable on CPU;
+# only the default is loaded (never a download). Both app test files set the same values.
+os.environ["LANTERN_PRESETS"] = PRESET + ",llamagen-t2i"
 os.environ["LANTERN_DEFAULT_PRESET"] = PRESET
+os.environ["LANTERN_PRELOAD"] = "default"
+os.environ["LANTERN_DEVICE"] = "cpu"
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +52,11 @@ WATCH_IMAGE = """() => {
                                             attributeFilter: ['src']});
   note();
 }"""
+
+
+# Gradio's queue uses pandas options that pandas 3 deprecates; not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning",
+                                        "ignore:The copy keyword is deprecated:Warning")
 
 
 def _free_port() -> int:
@@ -149,6 +158,16 @@ def test_moving_delta_reruns_with_the_same_seed(page):
     assert "reused from the previous run" in log  # same prompt/seed/settings: the AR baseline is not recomputed
     assert len(_srcs(page)) > srcs_before
     page.screenshot(path=str(ARTIFACTS / "app-after-delta.png"), full_page=True)
+
+
+def test_unavailable_model_is_refused_and_the_current_one_stays(page):
+    page.click("#model input")
+    option = page.get_by_role("option", name="LlamaGen T2I XL, stage I (256 px) — unavailable", exact=False)
+    assert option.count() == 1
+    option.click()
+    page.wait_for_selector("text=needs a GPU")  # the warning toast
+    page.wait_for_function("() => document.querySelector('#model input').value.startsWith('Tiny random')"
+                           " || document.querySelector('#model input').value.startsWith('Emoji')")
 
 
 def test_stop_cancels_the_run(page):
