@@ -1,14 +1,16 @@
 """The Gradio app: streaming generation, per-step accepted tokens, live relaxation sliders, baseline.
 
 ``load_models()`` loads the presets at start-up (ZeroGPU style: at import, before
-any request), ``build_demo(models)`` builds the page, ``LAUNCH_KWARGS`` holds what
-Gradio 6 wants at ``launch()`` (theme, CSS). ``app.py`` wires them together.
+any request), ``build_demo(models)`` builds the page, ``launch_kwargs()`` gives what
+Gradio 6 wants at ``launch()`` (theme, CSS); ``create_app()`` does the first two and
+queues the app, and ``app.py`` calls it.
 
 Environment (read by ``load_models``):
 - ``LANTERN_PRESETS``: comma-separated presets offered in the model selector
   (default: every registered preset, unavailable ones listed with the reason);
 - ``LANTERN_DEFAULT_PRESET``: the preset selected at start (default: the embedded
-  ``emoji`` model when its weights exist, else ``tiny-random``);
+  ``emoji`` model when its weights exist, else the first offered preset that can
+  run, else ``tiny-random``);
 - ``LANTERN_PRELOAD``: ``all`` (default: load every available offered preset at
   start-up) or ``default`` (only the default; others on first use);
 - ``LANTERN_DEVICE``: ``cpu`` / ``cuda`` (default: CUDA when available);
@@ -51,7 +53,7 @@ from .pipeline import (
 )
 from .sampling import SamplingConfig
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- defaults
 
@@ -153,7 +155,7 @@ class Models:
             self.status[name] = str(err)
             raise
         except Exception as err:  # a broken checkpoint must not take the app down
-            log.exception("loading preset %s failed", name)
+            logger.exception("loading preset %s failed", name)
             self.status[name] = f"failed to load ({type(err).__name__}: {err})"
             raise PresetUnavailable(f"Model {name!r} failed to load: {type(err).__name__}: {err}") from err
         self.pipelines[name] = pipe
@@ -201,8 +203,8 @@ def load_models(env: dict[str, str] | None = None) -> Models:
     if default and default not in offered:
         notes.append(f"LANTERN_DEFAULT_PRESET={default!r} is not offered; using the embedded default instead.")
         default = ""
-    if not default:
-        default = EMBEDDED if status.get(EMBEDDED, "missing") is None else TINY_RANDOM
+    if not default:  # the embedded model if it can run, else the first offered preset that can, else tiny-random
+        default = next((n for n in [EMBEDDED, *offered] if n in offered and status.get(n) is None), TINY_RANDOM)
     preload = env.get("LANTERN_PRELOAD", "all").strip().lower()
     models = Models(offered, status, {}, default, device, notes)
     if default not in models.offered:  # the fallback is always offered
@@ -213,18 +215,19 @@ def load_models(env: dict[str, str] | None = None) -> Models:
             t0 = time.perf_counter()
             try:
                 models.get(name)
-                log.info("loaded preset %s on %s in %.1f s", name, device, time.perf_counter() - t0)
+                logger.info("loaded preset %s on %s in %.1f s", name, device, time.perf_counter() - t0)
             except PresetUnavailable as err:
-                log.warning("preset %s unavailable: %s", name, err)
+                logger.warning("preset %s unavailable: %s", name, err)
     if default not in models.pipelines:
         for fallback in (EMBEDDED, TINY_RANDOM):
             if fallback in models.offered and models.status.get(fallback) is None:
                 with contextlib.suppress(PresetUnavailable):
                     models.get(fallback)
                     break
-        else:
+        else:  # tiny-random needs no weights: always possible
             fallback = TINY_RANDOM
-            models.offered.append(TINY_RANDOM)
+            if TINY_RANDOM not in models.offered:
+                models.offered.append(TINY_RANDOM)
             models.status[TINY_RANDOM] = None
             models.get(TINY_RANDOM)
         notes.append(f"The model {default!r} could not be loaded ({_short(models.status.get(default))}); "
@@ -364,7 +367,7 @@ class _Log:
 
 
 def describe(config: DecodeConfig) -> str:
-    """A short description of a method's parameters for the log, e.g. "δ=0.25, k=16, tree 4x4/16"."""
+    """A method's parameters for the log, e.g. "δ=0.25, k=16; dynamic tree depth 4, top-4, 16 tokens; T=1, cfg=3"."""
     parts = []
     if config.method == "lantern":
         parts.append(f"δ={config.delta:g}, k={config.k}")
@@ -374,7 +377,8 @@ def describe(config: DecodeConfig) -> str:
     if shape == "chain":
         parts.append(f"chain γ={config.gamma}")
     elif shape is not None:
-        parts.append(f"{'static' if shape == 'static' else 'dynamic'} tree depth {config.depth}, top-{config.top_k}, {config.total_tokens} tokens")
+        kind = "static" if shape == "static" else "dynamic"
+        parts.append(f"{kind} tree depth {config.depth}, top-{config.top_k}, {config.total_tokens} tokens")
     s = config.sampling
     parts.append(f"T={s.temperature:g}, cfg={s.cfg_scale:g}" + (f", top-k {s.top_k}" if s.top_k else "")
                  + (f", top-p {s.top_p:g}" if s.top_p < 1 else ""))
@@ -447,7 +451,7 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: 
 
 def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
     t_click = time.perf_counter()
-    pipe, n = req.pipe, req.pipe.num_tokens
+    n = req.pipe.num_tokens
     main_label = METHOD_TITLES[req.config.method]
     base_label = f"{METHOD_TITLES[req.baseline.method]} baseline" if req.baseline else None
     notice = _models().notice(req.model)
@@ -486,7 +490,6 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
             cache = {"key": _baseline_key(req), "run": dataclasses.replace(base, reused=False)}
 
     speedup = None
-    rows = []
     if base is not None:
         speedup = base.stats["wall_time"] / max(main.stats["wall_time"], 1e-9)
         rows = [plots.stats_row(main_label, req.config.method, main.stats, speedup),
@@ -509,7 +512,8 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
         "speedup": speedup,
         "total_s": time.perf_counter() - t_click,
     }
-    compare = (plots.enlarge(main.image), plots.enlarge(base.image)) if base is not None else None  # slider: fixed size
+    # the slider does not scale small images up: send them enlarged
+    compare = (plots.enlarge(main.image), plots.enlarge(base.image)) if base is not None else None
     # the last message carries every output, so that an API caller's result is complete
     yield _outputs(**{**shown, "compare": compare, "table": plots.stats_table(rows), "log": log.text(),
                       "stats": stats, "cache": cache})
@@ -529,10 +533,8 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
         yield from _generate(req, cache)
     except gr.Error:
         raise
-    except (GeneratorExit, KeyboardInterrupt):
-        raise
     except Exception as err:  # keep the message; the pipeline itself stays healthy (its lock is released)
-        log.exception("generation failed")
+        logger.exception("generation failed")
         raise gr.Error(f"Generation failed: {type(err).__name__}: {err}") from err
 
 
@@ -657,28 +659,29 @@ def build_demo(models: Models) -> gr.Blocks:
                     randomize = gr.Checkbox(v["randomize_seed"], label="Randomise seed on Generate")
                 relaxed0 = v["method"] in RELAXED
                 delta = _Slider(0.0, 1.0, value=v["delta"], step=0.01, label="δ: relaxation budget (TVD)",
-                                  info="probability mass that may move onto the draft per position; "
-                                       "for LANTERN++ a cap (1 = none)", visible=relaxed0, elem_id="delta")
+                                info="probability mass that may move onto the draft per position; "
+                                     "for LANTERN++ a cap (1 = none)", visible=relaxed0, elem_id="delta")
                 lam = _Slider(1.0, 10.0, value=v["lam"], step=0.1, label="λ (LANTERN++)",
-                                info="relaxed mass ≤ λ · p(draft)", visible=v["method"] == "lantern++",
-                                elem_id="lam")
+                              info="relaxed mass ≤ λ · p(draft)", visible=v["method"] == "lantern++",
+                              elem_id="lam")
                 k = _Slider(1, api_max_k, value=min(v["k"], max_k), step=1, label="k: nearest codebook neighbours",
-                              visible=relaxed0, elem_id="k")
+                            visible=relaxed0, elem_id="k")
                 with gr.Accordion("Drafting", open=False, visible=v["method"] != "ar") as drafting:
                     draft = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
                                      info="auto: SD chain, EAGLE-2/LANTERN dynamic tree, LANTERN++ static tree")
                     gamma = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ", elem_id="gamma")
                     depth = _Slider(1, 12, value=v["depth"], step=1, label="Tree depth", elem_id="depth")
-                    branching = _Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)", elem_id="branching")
+                    branching = _Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)",
+                                        elem_id="branching")
                     tree_tokens = _Slider(2, 128, value=v["tree_tokens"], step=1,
-                                            label="Tree total tokens (incl. the root)", elem_id="tree_tokens")
+                                          label="Tree total tokens (incl. the root)", elem_id="tree_tokens")
                 with gr.Accordion("Sampling", open=False):
                     temperature = _Slider(0.0, 2.0, value=v["temperature"], step=0.05, label="Temperature",
-                                            info="0 = greedy", elem_id="temperature")
+                                          info="0 = greedy", elem_id="temperature")
                     top_k = _Slider(0, 16384, value=v["top_k"], step=1, label="Top-k (0 = all tokens)", elem_id="top_k")
                     top_p = _Slider(0.01, 1.0, value=v["top_p"], step=0.01, label="Top-p", elem_id="top_p")
                     cfg_scale = _Slider(0.0, 20.0, value=v["cfg_scale"], step=0.1, label="CFG scale",
-                                          info="classifier-free guidance; 1 = off", elem_id="cfg_scale")
+                                        info="classifier-free guidance; 1 = off", elem_id="cfg_scale")
             with gr.Column(scale=7):
                 with gr.Row():
                     image = gr.Image(label=METHOD_TITLES[v["method"]], type="pil", format="png", interactive=False,

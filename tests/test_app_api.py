@@ -83,8 +83,8 @@ def _is_update(value) -> bool:
 def _reference(**overrides):
     """The same generation run directly on the cached pipeline (what the engine says)."""
     v = {**BASE, **overrides}
-    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"], depth=v["depth"], top_k=v["branching"],
-                       total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
+    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"], depth=v["depth"],
+                       top_k=v["branching"], total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
                        sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
     return load_pipeline("tiny-random", "cpu")(v["prompt"], cfg, seed=v["seed"])
 

@@ -104,7 +104,8 @@ def _srcs(page) -> list[dict]:
 def _wait_done(page, marker: str, timeout: float = 90.0) -> None:
     """Wait until the log (rewritten by every run) holds ``marker`` and the run's closing summary line."""
     page.wait_for_function(
-        "m => { const t = document.querySelector('#log textarea').value; return t.includes(m) && t.includes('speed-up'); }",
+        "m => { const t = document.querySelector('#log textarea').value;"
+        " return t.includes(m) && t.includes('speed-up'); }",
         arg=marker, timeout=timeout * 1000)
 
 
