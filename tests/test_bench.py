@@ -146,6 +146,20 @@ def test_quick_schema(quick):
         assert any("eval encoder" in n for n in res["notes"])
 
 
+def test_update_docs_replaces_only_its_section(quick, tmp_path):
+    from lantern_demo.bench.run import DOCS_END, DOCS_START, update_docs
+
+    out, res, _ = quick
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Title\n\nintro\n\n{DOCS_START}\nOLD-SECTION-42\n{DOCS_END}\n\ntail\n")
+    update_docs(res, doc, out)
+    update_docs(res, doc, out)  # idempotent
+    text = doc.read_text()
+    assert text.startswith("# Title\n\nintro\n") and text.endswith("\n\ntail\n") and "OLD-SECTION-42" not in text
+    assert text.count(DOCS_START) == 1 and "| setting | NFE |" in text and "tradeoff.png" in text
+    assert "Closest to the paper's headline" in text
+
+
 def test_quick_delta_zero_matches_sd_quality(quick):
     """delta = 0 is the exact rule: same target distribution as sd, so the same quality within noise."""
     _, res, _ = quick
