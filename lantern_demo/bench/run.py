@@ -204,7 +204,8 @@ def run_shard(pipe, settings: list[Setting], prompts: list[str], indices: list[i
     for n, i in enumerate(indices):
         for s in settings:
             records.append(run_prompt(pipe, s, prompts[i], i, seed + i))
-        log(f"  prompt {n + 1}/{len(indices)} done ({time.time() - t0:.0f}s)")
+        el = time.time() - t0
+        log(f"  prompt {n + 1}/{len(indices)} done ({el:.0f}s, about {el / (n + 1) * (len(indices) - n - 1):.0f}s left)")
     return records
 
 
@@ -549,7 +550,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu (per process)")
     ap.add_argument("--quick", action="store_true", help="4 prompts; ar, sd, eagle, lantern delta 0 and default, "
                     "lantern++ lambda 2, lantern on the chain")
-    ap.add_argument("--num-prompts", type=int, default=None, help="default 24 (quick: 4)")
+    ap.add_argument("--num-prompts", type=int, default=None, help="default 16 (quick: 4); more prompts tighten the quality estimates (time grows linearly)")
     ap.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line (overrides the preset's set)")
     ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache dir")
     ap.add_argument("--seed", type=int, default=0)
@@ -581,7 +582,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="rewrite the generated results section of this markdown file (docs/benchmarks.md)")
     args = ap.parse_args(argv)
     q = args.quick
-    args.num_prompts = args.num_prompts or (4 if q else 24)
+    args.num_prompts = args.num_prompts or (4 if q else 16)
     return args
 
 
