@@ -32,8 +32,9 @@ import dataclasses
 import logging
 import os
 import secrets
+import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 import torch
@@ -390,20 +391,50 @@ def _outputs(**values: Any) -> tuple:
     return tuple(values.get(name, gr.skip()) for name in OUTPUT_NAMES + ("cache",))
 
 
+# Per browser session, a counter bumped when the user starts tuning a slider again (or
+# presses Stop): a run that sees its session's counter move stops at its next step.
+# (Gradio's own cancels are aimed at a function, not at one call: a late cancel could
+# hit the re-run that the same drag starts. On ZeroGPU the run lives in another
+# process and does not see the bump; Stop still cancels it through Gradio.)
+_EPOCHS: dict[str, int] = {}
+_EPOCHS_LOCK = threading.Lock()
+
+
+def supersede(session: str | None) -> None:
+    """Make the running generation of ``session`` (if any) stop at its next step."""
+    if session:
+        with _EPOCHS_LOCK:
+            _EPOCHS[session] = _EPOCHS.get(session, 0) + 1
+
+
+def _alive_check(session: str | None) -> Callable[[], bool]:
+    """A callable telling whether no newer run was asked for in ``session`` since now."""
+    if not session:
+        return lambda: True
+    epoch = _EPOCHS.get(session, 0)
+    return lambda: _EPOCHS.get(session, 0) == epoch
+
+
+class _Superseded(Exception):
+    pass
+
+
 def _baseline_key(req: Request) -> tuple:
     assert req.baseline is not None
     return (req.model, req.prompt, req.seed, repr(req.baseline))
 
 
 def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: "_Log",
-                others: dict[str, list], t_click: float) -> Iterator[tuple[_Run, dict[str, Any]]]:
+                others: dict[str, list], t_click: float,
+                alive: Callable[[], bool]) -> Iterator[tuple[_Run, dict[str, Any]]]:
     """Run one generation, yielding (run, outputs to update) whenever a frame is worth sending.
 
     Frames are sent while their cost (building them, and Gradio processing and
     sending them: from building to our resumption) stays within ``STREAM_SHARE`` of
     the elapsed time, and at least every ``MAX_GAP_S`` when the pipeline has a new
     image; the first frame (right after the prefill) and the last are always sent.
-    The pipeline itself keeps partial VQ decodes within ``DECODE_SHARE``.
+    The pipeline itself keeps partial VQ decodes within ``DECODE_SHARE``. Raises
+    ``_Superseded`` (after closing the pipeline's stream) when ``alive()`` turns false.
     """
     pipe = req.pipe
     n = pipe.num_tokens
@@ -415,6 +446,8 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: 
     t0 = time.perf_counter()
     with contextlib.closing(pipe.stream(req.prompt, config, req.seed, decode_share=DECODE_SHARE)) as stream:
         for gen in stream:
+            if not alive():
+                raise _Superseded
             for step in gen.steps[seen:]:
                 committed += len(step.tokens)
                 log.add(plots.step_line(label, step, committed, n, relaxed))
@@ -449,7 +482,7 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: 
         run.stats.get("end_to_end_time", 0.0), 1e-9)
 
 
-def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
+def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> Iterator[tuple]:
     t_click = time.perf_counter()
     n = req.pipe.num_tokens
     main_label = METHOD_TITLES[req.config.method]
@@ -466,7 +499,7 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
     shown: dict[str, Any] = {"baseline_image": base_value, "seed": req.seed, "notice": notice}
 
     main, noticed = None, False
-    for main, frame in _stream_run(req, req.config, main_label, "method", log, {}, t_click):
+    for main, frame in _stream_run(req, req.config, main_label, "method", log, {}, t_click, alive):
         if not noticed and main.notices:  # the first frame: prompt notices (cut, unknown words)
             noticed = True
             for message in main.notices:
@@ -484,7 +517,7 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
             shown["cumulative"] = plots.cumulative_frame({"method": main.steps, "baseline": base.steps}, n)
         else:
             for base, frame in _stream_run(req, req.baseline, base_label, "baseline", log,
-                                           {"method": main.steps}, t_click):
+                                           {"method": main.steps}, t_click, alive):
                 shown.update(frame)
                 yield _outputs(**frame)
             cache = {"key": _baseline_key(req), "run": dataclasses.replace(base, reused=False)}
@@ -521,16 +554,20 @@ def _generate(req: Request, cache: dict | None) -> Iterator[tuple]:
 
 @GPU(duration=GPU_DURATION)
 def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
-             branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None):
+             branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
     """Generate an image with ``method``, then with ``baseline`` (same prompt, seed and sampling), streaming both.
 
     Yields the outputs in ``OUTPUT_NAMES`` order (+ the session cache). Raises
     ``gr.Error`` for an empty prompt, an unavailable model or settings out of range.
+    Stops quietly when ``supersede(session)`` is called meanwhile.
     """
+    alive = _alive_check(session)
     req = build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma,
                         depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale)
     try:
-        yield from _generate(req, cache)
+        yield from _generate(req, cache, alive)
+    except _Superseded:
+        return
     except gr.Error:
         raise
     except Exception as err:  # keep the message; the pipeline itself stays healthy (its lock is released)
@@ -539,15 +576,18 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
 
 
 def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
-          branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None):
-    """Slider release: wait ``DEBOUNCE_S`` (further slider input cancels us), then re-run with the same seed."""
+          branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
+    """Slider release: wait ``DEBOUNCE_S``, then re-run with the same seed unless the user moved a slider again."""
     if method not in RELAXED or not isinstance(prompt, str) or not prompt.strip():
         yield _outputs()
         return
+    alive = _alive_check(session)
     time.sleep(DEBOUNCE_S)
-    yield _outputs()  # a cancellation point before any model work
+    if not alive():  # the user is dragging again: a newer release will follow
+        yield _outputs()
+        return
     yield from generate(prompt, model, method, baseline, seed, False, delta, lam, k, draft, gamma, depth,
-                        branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache)
+                        branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session)
 
 
 # ----------------------------------------------------------------------------- page
@@ -716,22 +756,25 @@ def build_demo(models: Models) -> gr.Blocks:
                     stats = gr.JSON(label="stats", elem_id="stats-json")
         gr.Markdown(FOOTER, elem_id="footer")
         cache = gr.State(None)
+        session = gr.State(None)  # an id per page load (set below), for supersede()
         current_model = gr.State(models.default)
 
         inputs = [prompt, model, method, baseline, seed, randomize, delta, lam, k, draft, gamma, depth, branching,
-                  tree_tokens, temperature, top_k, top_p, cfg_scale, cache]
+                  tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session]
         outputs = [image, base_image, token_map, per_step, cumulative, log_box, compare, table, seed, notice, stats,
                    cache]
         run_evt = gr.on([run_btn.click, prompt.submit], generate, inputs, outputs, api_name="generate",
                         concurrency_id="generate", concurrency_limit=1, show_progress="minimal",
                         show_progress_on=[log_box])
         sliders = [delta, lam, k]
+        # moving a relaxation slider stops this session's run at its next step (debounce:
+        # a re-run waiting out DEBOUNCE_S gives up too); releasing it queues a re-run
+        gr.on([s.input for s in sliders], supersede, session, None, queue=False, api_visibility="private")
         rerun_evt = gr.on([s.release for s in sliders], rerun, inputs, outputs, api_visibility="private",
                           concurrency_id="generate", concurrency_limit=1, trigger_mode="always_last",
-                          cancels=[run_evt], show_progress="minimal", show_progress_on=[log_box])
-        # moving a slider again cancels the pending/running re-run (debounce)
-        gr.on([s.input for s in sliders], None, cancels=[run_evt, rerun_evt])
+                          show_progress="minimal", show_progress_on=[log_box])
         stop_btn.click(None, cancels=[run_evt, rerun_evt])
+        stop_btn.click(supersede, session, None, queue=False, api_visibility="private")
         stop_btn.click(lambda text: (text + "\n" if text else "") + "stopped by the user", log_box, log_box,
                        queue=False, api_visibility="private")
 
@@ -753,6 +796,7 @@ def build_demo(models: Models) -> gr.Blocks:
             updates[list(controls).index("k")] = gr.update(maximum=pipe.max_k, value=values["k"])
             return (name, *updates, _models().notice(name), name)
 
+        demo.load(lambda: secrets.token_hex(8), None, session, queue=False, api_visibility="private")
         if api_max_k != max_k:
             demo.load(lambda: gr.update(maximum=max_k), None, k, queue=False, api_visibility="private")
         model.select(select_model, [model, current_model], [model, *controls.values(), notice, current_model],

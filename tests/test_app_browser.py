@@ -90,7 +90,8 @@ def page(server):
         pg.on("request", lambda r: external.append(r.url)
               if not r.url.startswith((server, "data:", "blob:")) else None)
         pg.goto(server + "/")
-        pg.wait_for_selector("#prompt textarea")
+        for selector in ("#prompt textarea", "#main-image", "#log textarea", "#delta input[type=range]"):
+            pg.wait_for_selector(selector)
         pg.evaluate(WATCH_IMAGE)
         pg.external = external  # type: ignore[attr-defined]
         yield pg
@@ -141,9 +142,11 @@ def test_generate_streams_then_compares_with_the_baseline(page):
     assert page.external == [], f"the page reached outside the app: {page.external[:5]}"
 
 
-def test_moving_delta_reruns_with_the_same_seed(page):
+def test_moving_delta_during_a_run_reruns_with_the_same_seed(page):
     srcs_before = len(_srcs(page))
-    slider = page.locator("#delta input[type=range]")
+    page.click("#generate-btn")  # a new run with seed 0 ...
+    page.wait_for_function("() => document.querySelector('#log textarea').value.includes('prefill')")
+    slider = page.locator("#delta input[type=range]")  # ... interrupted by moving delta
     box = slider.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.25, y)
