@@ -125,7 +125,7 @@ DEBOUNCE_S = 0.3  # a slider release waits this long (cancelled by further slide
 STREAM_SHARE = 0.1  # Gradio-side cost of streamed frames, as a share of elapsed time (plus the decode share)
 MAX_GAP_S = 0.5  # ... but a new partial image is sent at least this often
 DECODE_SHARE = 0.1  # partial VQ decodes, as a share of elapsed time (pipeline.stream)
-LOG_LINES = 400
+LOG_LINES = 600  # enough for a method and an AR baseline of 256 tokens
 GPU_DURATION = int(os.environ.get("LANTERN_GPU_DURATION", "90"))
 
 # ----------------------------------------------------------------------------- models
@@ -354,7 +354,7 @@ class _Run:
 
 
 class _Log:
-    """The log box: a header line, then the last ``LOG_LINES`` lines (one per target pass)."""
+    """The log box: a header line, then the last ``LOG_LINES`` lines (one per target pass), newest first."""
 
     def __init__(self, header: str):
         self.header = header
@@ -364,7 +364,13 @@ class _Log:
         self.lines.append(line)
 
     def text(self) -> str:
-        return "\n".join([self.header, *self.lines])
+        return "\n".join([self.header, *reversed(self.lines)])
+
+
+def _log_stopped(text: str | None) -> str:
+    """The log box after Stop: the note goes right under the header (newest first)."""
+    header, _, rest = (text or "").partition("\n")
+    return "\n".join(filter(None, [header, "stopped by the user", rest]))
 
 
 def describe(config: DecodeConfig) -> str:
@@ -525,11 +531,10 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
     speedup = None
     if base is not None:
         speedup = base.stats["wall_time"] / max(main.stats["wall_time"], 1e-9)
-        rows = [plots.stats_row(main_label, req.config.method, main.stats, speedup),
-                plots.stats_row(base_label + (" (reused)" if base.reused else ""), req.baseline.method,
-                                base.stats, 1.0)]
+        rows = [plots.stats_row(main_label, main.stats, speedup),
+                plots.stats_row(base_label + (" (reused)" if base.reused else ""), base.stats, 1.0)]
     else:
-        rows = [plots.stats_row(main_label, req.config.method, main.stats, None)]
+        rows = [plots.stats_row(main_label, main.stats, None)]
     summary = f"{main_label}: {main.stats['nfe']:.0f} target passes, {main.stats['wall_time']:.2f} s"
     if base is not None:
         summary += (f"; {base_label}: {base.stats['nfe']:.0f} passes, {base.stats['wall_time']:.2f} s"
@@ -745,7 +750,7 @@ def build_demo(models: Models) -> gr.Blocks:
                                                  label="Tokens vs target passes", height=220,
                                                  caption="orange: chosen method · blue: baseline · grey: AR, "
                                                          "1 token per pass (y = x)", elem_id="cumulative")
-                log_box = gr.Textbox(label="Log (one line per target pass)", lines=6, max_lines=6,
+                log_box = gr.Textbox(label="Log (one line per target pass, newest first)", lines=6, max_lines=6,
                                      interactive=False, autoscroll=True, elem_id="log")
                 compare = gr.ImageSlider(label="Compare: method | baseline (drag the handle)", type="pil",
                                          format="png", interactive=False, elem_id="compare",
@@ -775,8 +780,7 @@ def build_demo(models: Models) -> gr.Blocks:
                           show_progress="minimal", show_progress_on=[log_box])
         stop_btn.click(None, cancels=[run_evt, rerun_evt])
         stop_btn.click(supersede, session, None, queue=False, api_visibility="private")
-        stop_btn.click(lambda text: (text + "\n" if text else "") + "stopped by the user", log_box, log_box,
-                       queue=False, api_visibility="private")
+        stop_btn.click(_log_stopped, log_box, log_box, queue=False, api_visibility="private")
 
         method.change(_method_visibility, method, [delta, lam, k, drafting], api_visibility="private",
                       queue=False)

@@ -173,14 +173,13 @@ def step_line(label: str, step: Step, committed: int, num_tokens: int, relaxed: 
     return line
 
 
-STATS_COLUMNS = ["run", "method", "wall time (s)", "target passes (NFE)", "mean accepted / pass",
-                 "speed-up", "mean TVD", "tokens/s"]
+STATS_COLUMNS = ["run", "wall time (s)", "target passes", "tokens / pass", "speed-up", "mean TVD", "tokens/s"]
 
 
-def stats_row(run: str, method: str, stats: dict[str, float], speedup: float | None) -> list:
+def stats_row(run: str, stats: dict[str, float], speedup: float | None) -> list:
+    """A row of the statistics table (``STATS_COLUMNS``) from ``engine.summarize`` statistics."""
     return [
         run,
-        method,
         round(stats.get("wall_time", 0.0), 3),
         int(stats.get("nfe", 0)),
         round(stats.get("mean_accepted", 0.0), 3),

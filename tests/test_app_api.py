@@ -128,7 +128,8 @@ def test_generate_streams_and_final_stats_match_the_engine(client):
     assert len(final[OUT["compare"]]) == 2
     table = final[OUT["table"]]
     assert [row[0] for row in table["data"]] == ["LANTERN", "AR baseline"]
-    assert table["data"][0][3] == main["stats"]["nfe"] and table["data"][1][3] == 256
+    assert table["data"][0][2] == main["stats"]["nfe"] and table["data"][1][2] == 256
+    assert table["data"][0][4] == f"{stats['speedup']:.2f}x"
     assert "Untrained model" in final[OUT["notice"]]
 
 
