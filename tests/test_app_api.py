@@ -207,3 +207,17 @@ def test_cancelled_run_leaves_the_app_healthy(client):
     assert again[OUT["stats"]]["main"]["tokens"] == expected[OUT["stats"]]["main"]["tokens"]
     assert Path(again[OUT["image"]]).read_bytes() == Path(expected[OUT["image"]]).read_bytes()
     assert torch.equal(torch.tensor(again[OUT["stats"]]["main"]["tokens"]), _reference(seed=31).tokens)
+
+
+def test_spaces_decorator_is_a_no_op_off_spaces():
+    from lantern_demo import spaces_compat
+
+    if spaces_compat.HAVE_SPACES:
+        pytest.skip("the `spaces` package is installed here")
+
+    def f(x):
+        return x + 1
+
+    assert spaces_compat.GPU(f) is f
+    assert spaces_compat.GPU(duration=30)(f) is f
+    assert spaces_compat.GPU()(f) is f
