@@ -221,3 +221,25 @@ def test_spaces_decorator_is_a_no_op_off_spaces():
     assert spaces_compat.GPU(f) is f
     assert spaces_compat.GPU(duration=30)(f) is f
     assert spaces_compat.GPU()(f) is f
+
+
+def test_a_preset_that_fails_to_load_leaves_the_embedded_fallback_usable(tmp_path):
+    from lantern_demo.hub import PRESETS, Preset, register_preset
+    from lantern_demo.pipeline import PresetUnavailable
+    from lantern_demo.ui import load_models
+
+    for part in ("target", "drafter", "vq", "text_encoder"):  # present but corrupt
+        (tmp_path / part).mkdir()
+        (tmp_path / part / "config.json").write_text("{not json")
+    register_preset(Preset(name="broken-test", title="Broken", resolution=64, grid=16, local_dir=str(tmp_path)))
+    try:
+        models = load_models({"LANTERN_PRESETS": "broken-test,tiny-random", "LANTERN_DEFAULT_PRESET": "broken-test",
+                              "LANTERN_DEVICE": "cpu"})
+        assert models.default == "tiny-random" and "tiny-random" in models.pipelines
+        assert models.status["broken-test"].startswith("failed to load")
+        assert any("could not be loaded" in note for note in models.startup_notes)
+        with pytest.raises(PresetUnavailable, match="unavailable here"):
+            models.get("broken-test")
+        assert "unavailable" in dict((v, k) for k, v in models.choices())["broken-test"]
+    finally:
+        PRESETS.pop("broken-test", None)
