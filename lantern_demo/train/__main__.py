@@ -29,7 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=None, help="dataset / token cache (default ~/.cache/lantern-demo/train)")
     ap.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {STAGES}")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: on a shared 2-core machine, 2 threads were 4x slower per step)")
     ap.add_argument("--smoke", action="store_true", help="a few steps per stage on a few images")
     a = ap.parse_args(argv)
 

@@ -170,6 +170,11 @@ def _size_table(out: Path) -> tuple[str, float]:
     return "\n".join(rows), total / 1e6
 
 
+def _total_min(d: dict, tm: dict) -> float:
+    secs = sum(v for k, v in tm.items() if k != "data" and isinstance(v, (int, float)))
+    return (secs + (d.get("render_seconds") or 0) + 60) / 60
+
+
 def write_model_card(out: Path, m: dict) -> None:
     d, vq, gpt, dr, card = (m.get(k, {}) for k in ("data", "vq", "gpt", "drafter", "card"))
     tm = m.get("timings", {})
@@ -240,10 +245,13 @@ python -m lantern_demo.train --out assets/emoji
 ```
 
 (`--smoke` runs every stage for a few steps on a few images; `--stages vq,gpt,...` runs a subset.)
-Wall time of the run that produced these weights on the shared 2-core CPU dev machine
-(other jobs were running): data {tm.get('data', 'n/a')} s, VQ {tm.get('vq', 'n/a')} s, GPT {tm.get('gpt', 'n/a')} s,
-drafter {tm.get('drafter', 'n/a')} s, card/evaluation {tm.get('card', 'n/a')} s;
-total {sum(v for v in tm.values() if isinstance(v, (int, float))) / 60:.0f} min.
+Wall time of the run that produced these weights, one torch thread (`--threads 1`, the default) on
+the shared 2-core CPU dev machine while other jobs were running (with 2 threads and a busy second core a
+step was about 4x slower): rendering the data {d.get('render_seconds') or 'n/a'} s, VQ {tm.get('vq', 'n/a')} s,
+GPT {tm.get('gpt', 'n/a')} s (plus about a minute to tokenize the images), drafter {tm.get('drafter', 'n/a')} s,
+card/evaluation {tm.get('card', 'n/a')} s; total {_total_min(d, tm):.0f} min.
+These weights came from two invocations of the same code and seed (`--stages data,vq`, then
+`--stages gpt,drafter,card`); every stage seeds itself, so one invocation gives the same result.
 
 - VQ: {vq.get('steps', 'n/a')} AdamW steps; the first {vq.get('crop_steps', 'n/a')} on batches of {vq.get('batch', 'n/a')} random
   32x32 crops, the rest on batches of {vq.get('full_batch', 'n/a')} whole images; L1 + L2 + codebook/commitment loss
@@ -280,6 +288,19 @@ training on a busy machine (see the benchmark for speed):
 | method | draft | delta | k | acceptance rate | tokens / target pass | target passes | mean TVD | wall s |
 |---|---|---|---|---|---|---|---|---|
 {spec_rows}
+
+## Quality notes (the committed run)
+
+The quality gate "training-set prompts give recognisable emojis" is **not met** by these weights.
+The GPT fits its training tokens (per-token NLL {f(gpt.get('train_nll'))} teacher-forced, 0.1 on some images)
+but overfits (held-out {f(gpt.get('heldout_nll'))}), and free-running samples drift: at temperature 1 one
+unlikely token (often one of the several look-alike "white" codes) leads the model off its training
+sequences and the rest of the image becomes scribbles. Classifier-free guidance makes it worse at this
+size (the unconditional branch, trained on 10% of the captions, is poor; CFG 3 already changes token 3 of a
+training image), greedy decoding without CFG is the best setting found (it reproduces some training emojis
+closely, e.g. framed keycaps and zodiac signs, but not most). Teacher-forced, the drafter agrees with the
+target's argmax {f(dr.get('heldout_top1_agreement'))} of the time on held-out emojis, yet sampled acceptance
+is low because target and drafter both sample from diffuse, CFG-amplified distributions.
 
 ## Samples
 

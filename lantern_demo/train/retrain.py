@@ -28,9 +28,9 @@ class Settings:
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 1800
+    gpt_steps: int = 3200
     gpt_batch: int = 16
-    drafter_steps: int = 600
+    drafter_steps: int = 1000
     drafter_batch: int = 16
     eval_batch: int = 64
     grid_n: int = 16  # held-out and training captions in the sample grid
@@ -66,8 +66,12 @@ def update_metrics(out: Path, key: str, value) -> dict:
 
 def stage_data(out: Path, cache: Path, seed: int, s: Settings, log) -> emoji_data.EmojiDataset:
     t = time.time()
+    stem = "emoji64" if s.data_limit is None else f"emoji64_smoke{s.data_limit}"
+    cached = (Path(cache) / f"{stem}.npz").exists()
     ds = emoji_data.load_or_build(cache, seed=seed, limit=s.data_limit, log=log)
+    prev = load_metrics(out).get("data", {})
     update_metrics(out, "data", {
+        "render_seconds": prev.get("render_seconds") if cached else round(time.time() - t, 1),
         "images": len(ds), "heldout": int(ds.split.sum()), "captions": sum(len(c) for c in ds.captions),
         "image_size": int(ds.images.shape[1]), "seed": seed, "seconds": round(time.time() - t, 1),
     })
