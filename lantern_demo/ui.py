@@ -81,8 +81,10 @@ DEFAULTS: dict[str, Any] = {
 
 #: Per preset overrides of ``DEFAULTS`` (applied when the preset is selected).
 #: LlamaGen: the LANTERN release's generator settings and EAGLE-2 tree, delta/k of
-#: the paper's high-speed example.
+#: the paper's high-speed example. Emoji: LANTERN on SD's chain measured fastest on
+#: 2 CPU cores (docs/benchmarks.md), so the chain is its default shape.
 PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "emoji": {"draft": "chain"},
     "llamagen-t2i": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
                      "top_k": 2000, "cfg_scale": 3.0},
     "llamagen-t2i-512": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
