@@ -8,7 +8,6 @@ and no network.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -41,34 +40,9 @@ BASE = dict(prompt="a red cat", model="tiny-random", method="lantern", baseline=
 OUT = {name: i for i, name in enumerate(OUTPUT_NAMES)}
 
 
-# Gradio's queue uses pandas options that pandas 3 deprecates; not ours to fix
-pytestmark = pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning",
-                                        "ignore:The copy keyword is deprecated:Warning")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    import app
-    from lantern_demo.ui import launch_kwargs
-
-    port = _free_port()
-    app.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                    **launch_kwargs())
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        app.demo.close()
-
-
 @pytest.fixture(scope="module")
 def client(server):
-    return Client(server, verbose=False)
+    return Client(server + "/", verbose=False)
 
 
 def _args(**overrides):
@@ -179,7 +153,7 @@ def test_two_concurrent_clients_both_finish_correctly(server):
     results = {}
 
     def run(seed):
-        c = Client(server, verbose=False)
+        c = Client(server + "/", verbose=False)
         results[seed] = c.predict(*_args(seed=seed, method="sd", baseline="ar"), api_name="/generate")
 
     threads = [threading.Thread(target=run, args=(s,)) for s in (21, 22)]

@@ -10,7 +10,6 @@ Skipped only when /usr/bin/chromium (or the playwright package) is missing.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -52,31 +51,6 @@ WATCH_IMAGE = """() => {
                                             attributeFilter: ['src']});
   note();
 }"""
-
-
-# Gradio's queue uses pandas options that pandas 3 deprecates; not ours to fix
-pytestmark = pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning",
-                                        "ignore:The copy keyword is deprecated:Warning")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    import app
-    from lantern_demo.ui import launch_kwargs
-
-    port = _free_port()
-    app.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                    **launch_kwargs())
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        app.demo.close()
 
 
 @pytest.fixture(scope="module")
