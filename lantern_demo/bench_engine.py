@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import torch

@@ -375,7 +375,6 @@ class _SpecState:
             n_par = parent_ids.shape[0]
             top_lp, top_tok = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)  # [n_par, k]
             scores = parent_scores[:, None] + top_lp
-            ranks = torch.arange(top_tok.shape[1], device=dev).expand(n_par, -1)
             keep = torch.isfinite(scores)
             if static is not None:
                 wanted = set(p for p in static if len(p) == d)

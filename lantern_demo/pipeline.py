@@ -25,13 +25,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from PIL import Image
 from torch import Tensor
 
-from .engine import DecodeConfig, Result, Step, decode, summarize
+from .engine import DecodeConfig, Step, decode, summarize
 from .gpt import GPT, Caption, GPTConfig
 from .drafter import Drafter
 from .hub import PRESETS, Preset, WeightsUnavailable, get_preset, register_preset

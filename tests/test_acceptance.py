@@ -4,7 +4,6 @@ Small vocabularies, float64 references written independently of the engine's
 vectorised code, every bound of ``lantern_demo.acceptance`` checked.
 """
 
-import itertools
 
 import pytest
 import torch

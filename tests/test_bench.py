@@ -18,7 +18,6 @@ import torch
 
 from lantern_demo.bench import metrics
 from lantern_demo.bench.features import EvalEncoder, load as load_encoder, save as save_encoder
-from lantern_demo.engine import DecodeConfig
 from lantern_demo.pipeline import load_pipeline
 from lantern_demo.sampling import SamplingConfig, probs_from_logits
 

@@ -186,7 +186,7 @@ def test_mask_shape_and_capacity_errors():
 def test_bf16_smoke():
     m = tiny_gpt()
     cap, toks = _caption(3), _tokens()
-    ref = m.prefill(cap, 2, 8)
+    m.prefill(cap, 2, 8)
     ref_lg, _ = m.forward(toks[:3], torch.arange(3))
     mb = tiny_gpt().to(torch.bfloat16)
     pre = mb.prefill(cap, 2, 8)

@@ -1,6 +1,5 @@
 """The cached pipeline end to end on the tiny random preset (CPU), and its error paths."""
 
-from dataclasses import replace
 
 import pytest
 import torch

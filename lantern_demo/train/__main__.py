@@ -10,7 +10,6 @@ for a few steps on a handful of images (for tests).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -7,7 +7,6 @@ Everything here goes through the app's own code paths: ``WordTextEncoder`` ->
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -101,7 +100,7 @@ def stage_card(out: Path, ds, seed: int, s, log):
     from ..engine import DecodeConfig, generate
     from ..neighbors import build_neighbor_table
     from ..sampling import SamplingConfig
-    from .retrain import load_metrics, update_metrics
+    from .retrain import update_metrics
 
     t0 = time.time()
     text, gpt, drafter, vq = load_all(out)
