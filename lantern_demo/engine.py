@@ -44,7 +44,11 @@ class DecodeConfig:
     method: "ar" | "sd" (exact, chain) | "eagle" (exact, dynamic tree) |
         "lantern" (relaxed, delta and k) | "lantern++" (relaxed, lam and k; static tree).
     draft: "chain" | "tree" (EAGLE-2 dynamic) | "static" (LANTERN++); None = the method's default.
-    gamma: chain length. depth: tree levels. top_k: children per expanded node.
+    gamma: chain length (the most drafts per step). depth: tree levels.
+    min_confidence: chain drafting stops early once the product of the drafted tokens'
+        draft probabilities (EAGLE-2's path confidence, an estimate of the chance that
+        every draft so far is accepted) falls below it; 0 = always ``gamma`` drafts.
+        It decides from the drafter alone, so exact methods stay exact. top_k: children per expanded node.
     total_tokens: tree nodes verified per step including the root (dynamic and static).
     static_shape: explicit static tree as paths of child ranks (None = ``static_tree(...)``).
     delta, k, lam: the relaxation (``acceptance.Relaxation``); lam only for lantern++,
@@ -54,6 +58,7 @@ class DecodeConfig:
     method: str = "lantern"
     draft: str | None = None
     gamma: int = 4
+    min_confidence: float = 0.0
     depth: int = 5
     top_k: int = 10
     total_tokens: int = 59
@@ -89,6 +94,8 @@ class DecodeConfig:
         for name, value, lo, hi in checks:
             if not lo <= value <= hi:
                 raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1), got {self.min_confidence}")
         if not 0.0 <= self.delta <= 1.0:
             raise ValueError(f"delta must be in [0, 1], got {self.delta}")
         if self.k < 0:
@@ -293,7 +300,8 @@ class _SpecState:
         root_logits, root_feat = d_logits[:, -1], d_feats[:, -1:]
         if self.config.shape == "chain":
             drafts, q = self._draft_chain(root_logits, root_feat, pending_pos, levels)
-            tree = Tree(drafts, torch.arange(levels, device=dev), torch.arange(1, levels + 1, device=dev))
+            n = drafts.shape[0]
+            tree = Tree(drafts, torch.arange(n, device=dev), torch.arange(1, n + 1, device=dev))
         else:
             tree = self._draft_tree(root_logits, root_feat, pending_pos, levels, real_len)
             q = None
@@ -330,15 +338,24 @@ class _SpecState:
     # ------------------------------------------------------------------ drafting
 
     def _draft_chain(self, logits: Tensor, feat: Tensor, pending_pos: int, levels: int):
-        """Sample (or argmax) ``levels`` tokens from the drafter. Returns drafts [L], q [L, V]."""
+        """Sample (or argmax) up to ``levels`` tokens from the drafter. Returns drafts [L], q [L, V].
+
+        Stops after the draft whose path confidence (product of the drafts' q) falls below
+        ``config.min_confidence``, so at least one token is always drafted.
+        """
         cfg = self.config.sampling
         u = self._rand(levels).to(self.device)
         drafts, qs = [], []
+        confidence = 1.0
         for i in range(levels):
             q = self._probs(logits)
             tok = pick(q, u[i], cfg.greedy)
             drafts.append(tok)
             qs.append(q)
+            if self.config.min_confidence > 0:
+                confidence *= float(q[tok])
+                if confidence < self.config.min_confidence:
+                    break
             if i + 1 < levels:
                 out, feats = self._draft_forward(tok.view(1), feat, torch.tensor([pending_pos + i + 1], device=self.device), None)
                 logits, feat = out[:, 0], feats

@@ -21,6 +21,7 @@ GREEDY = SamplingConfig(cfg_scale=2.0, temperature=0.0)
 
 SPEC_CONFIGS = {
     "sd": DecodeConfig("sd", gamma=3),
+    "sd-confidence": DecodeConfig("sd", gamma=3, min_confidence=0.6),
     "eagle": DecodeConfig("eagle", depth=3, top_k=3, total_tokens=8),
     "lantern-tree": DecodeConfig("lantern", depth=3, top_k=3, total_tokens=8, delta=0.0, k=3),
     "lantern-chain": DecodeConfig("lantern", draft="chain", gamma=3, delta=0.0, k=3),
@@ -58,6 +59,7 @@ def exact_sequence_law(target: ToyModel, cond: int, n: int, sampling: SamplingCo
 CHI_CONFIGS = {
     "ar": DecodeConfig("ar"),
     "sd": DecodeConfig("sd", gamma=2),
+    "sd-confidence": DecodeConfig("sd", gamma=2, min_confidence=0.5),
     "eagle": DecodeConfig("eagle", depth=2, top_k=2, total_tokens=5),
     "lantern-delta0": DecodeConfig("lantern", depth=2, top_k=2, total_tokens=5, delta=0.0, k=2),
     "lantern-chain-delta0": DecodeConfig("lantern", draft="chain", gamma=2, delta=0.0, k=2),
@@ -110,6 +112,22 @@ def test_same_seed_same_tokens(name):
     assert not torch.equal(runs[0], other) or n < 3
 
 
+def test_min_confidence_shortens_chains():
+    vocab, n = 12, 40
+    target, drafter = toy_pair(vocab, 4, noise=1.0)
+    sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0)
+    drafted = {}
+    for c in (0.0, 0.3, 0.99):
+        config = DecodeConfig("sd", gamma=4, min_confidence=c, sampling=sampling)
+        steps = generate(target, drafter, 4, config, n, seed=0).steps[1:]
+        drafted[c] = [s.drafted for s in steps]
+        # a step drafts one token, then one more per drafter pass while confident
+        assert all(s.drafted == s.drafter_passes for s in steps)
+    assert set(drafted[0.0][:-1]) == {4}
+    assert 1 < sum(drafted[0.3]) / len(drafted[0.3]) < 4
+    assert set(drafted[0.99]) == {1}
+
+
 def test_steps_describe_the_run():
     vocab, n = 10, 20
     target, drafter = toy_pair(vocab, 2, noise=0.5)
@@ -136,6 +154,8 @@ def test_bad_configs_are_rejected():
         generate(target, drafter, 0, DecodeConfig("lantern"), 4)
     with pytest.raises(ValueError, match="drafter"):
         generate(target, None, 0, DecodeConfig("sd"), 4)
+    with pytest.raises(ValueError, match="min_confidence"):
+        generate(target, drafter, 0, DecodeConfig("sd", min_confidence=1.0), 4)
     with pytest.raises(ValueError, match="delta"):
         generate(target, drafter, 0, DecodeConfig("lantern", delta=2.0), 4, neighbors=toy_neighbors(4))
     with pytest.raises(ValueError, match="gamma"):
