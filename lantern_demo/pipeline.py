@@ -44,6 +44,14 @@ EMBEDDED = "emoji"
 TINY_RANDOM = "tiny-random"
 MAX_PROMPT_CHARS = 2000
 
+#: How the embedded model is shown and measured: the UI's defaults for the emoji preset,
+#: the model card's samples and measurements, the benchmark's default sampling. Chosen by
+#: measurement on 2 CPU cores (assets/emoji/README.md, docs/benchmarks.md).
+EMOJI_SETTINGS: dict[str, float | int | str] = {
+    "cfg_scale": 2.0, "temperature": 1.0, "top_k": 64,
+    "draft": "chain", "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 64,
+}
+
 register_preset(Preset(
     name=EMBEDDED,
     title="Emoji (embedded, tiny LlamaGen trained on OpenMoji)",

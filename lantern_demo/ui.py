@@ -45,6 +45,7 @@ from .hub import PRESETS, get_preset
 from .pipeline import (
     ASSETS,
     EMBEDDED,
+    EMOJI_SETTINGS,
     TINY_RANDOM,
     LanternPipeline,
     PresetUnavailable,
@@ -70,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "k": 16,
     "draft": "auto",
     "gamma": 4,
+    "confidence": 0.0,
     "depth": 4,
     "branching": 4,
     "tree_tokens": 16,
@@ -81,10 +83,10 @@ DEFAULTS: dict[str, Any] = {
 
 #: Per preset overrides of ``DEFAULTS`` (applied when the preset is selected).
 #: LlamaGen: the LANTERN release's generator settings and EAGLE-2 tree, delta/k of
-#: the paper's high-speed example. Emoji: LANTERN on SD's chain measured fastest on
-#: 2 CPU cores (docs/benchmarks.md), so the chain is its default shape.
+#: the paper's high-speed example. Emoji: ``pipeline.EMOJI_SETTINGS`` (sampling and
+#: chain drafting measured best on 2 CPU cores).
 PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "emoji": {"draft": "chain"},
+    "emoji": dict(EMOJI_SETTINGS),
     "llamagen-t2i": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
                      "top_k": 2000, "cfg_scale": 3.0},
     "llamagen-t2i-512": {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
@@ -118,7 +120,7 @@ EXAMPLES = [
 
 #: Inputs of the /generate endpoint, in order (names are the API's parameter names).
 INPUT_NAMES = ("prompt", "model", "method", "baseline", "seed", "randomize_seed", "delta", "lam", "k", "draft",
-               "gamma", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale")
+               "gamma", "confidence", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale")
 #: Outputs of the /generate endpoint, in order (the session cache, a gr.State, is not part of the API).
 OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative", "log", "compare", "table",
                 "seed", "notice", "stats")
@@ -280,8 +282,8 @@ def _integer(name: str, value: Any) -> int:
     return int(f)
 
 
-def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
-                  branching, tree_tokens, temperature, top_k, top_p, cfg_scale) -> Request:
+def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
+                  depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale) -> Request:
     """Validate the controls and turn them into a ``Request``; raises ``gr.Error`` with a clear message."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise gr.Error("Please enter a prompt (it is empty).", title="Empty prompt")
@@ -304,9 +306,9 @@ def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, 
         raise gr.Error(f"seed must be in [0, {2**31 - 1}], got {seed}.")
     sampling = SamplingConfig(cfg_scale=float(cfg_scale), temperature=float(temperature),
                               top_k=_integer("top_k", top_k), top_p=float(top_p))
-    common = dict(gamma=_integer("gamma", gamma), depth=_integer("depth", depth),
-                  top_k=_integer("branching", branching), total_tokens=_integer("tree_tokens", tree_tokens),
-                  sampling=sampling)
+    common = dict(gamma=_integer("gamma", gamma), min_confidence=float(confidence),
+                  depth=_integer("depth", depth), top_k=_integer("branching", branching),
+                  total_tokens=_integer("tree_tokens", tree_tokens), sampling=sampling)
     try:
         config = DecodeConfig(method, draft=None if method == "ar" else AUTO_DRAFT[method] if draft == "auto"
                               else draft, delta=float(delta), k=k, lam=float(lam), **common)
@@ -384,7 +386,8 @@ def describe(config: DecodeConfig) -> str:
         parts.append(f"λ={config.lam:g}, δ≤{config.delta:g}, k={config.k}")
     shape = config.shape
     if shape == "chain":
-        parts.append(f"chain γ={config.gamma}")
+        parts.append(f"chain γ={config.gamma}" + (f", stop below {config.min_confidence:g}"
+                                                    if config.min_confidence else ""))
     elif shape is not None:
         kind = "static" if shape == "static" else "dynamic"
         parts.append(f"{kind} tree depth {config.depth}, top-{config.top_k}, {config.total_tokens} tokens")
@@ -560,8 +563,8 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
 
 
 @GPU(duration=GPU_DURATION)
-def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
-             branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
+def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
+             depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
     """Generate an image with ``method``, then with ``baseline`` (same prompt, seed and sampling), streaming both.
 
     Yields the outputs in ``OUTPUT_NAMES`` order (+ the session cache). Raises
@@ -570,7 +573,7 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
     """
     alive = _alive_check(session)
     req = build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma,
-                        depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale)
+                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale)
     try:
         yield from _generate(req, cache, alive)
     except _Superseded:
@@ -582,8 +585,8 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
         raise gr.Error(f"Generation failed: {type(err).__name__}: {err}") from err
 
 
-def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, depth,
-          branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
+def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
+          depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
     """Slider release: wait ``DEBOUNCE_S``, then re-run with the same seed unless the user moved a slider again."""
     if method not in RELAXED or not isinstance(prompt, str) or not prompt.strip():
         yield _outputs()
@@ -593,8 +596,8 @@ def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, 
     if not alive():  # the user is dragging again: a newer release will follow
         yield _outputs()
         return
-    yield from generate(prompt, model, method, baseline, seed, False, delta, lam, k, draft, gamma, depth,
-                        branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session)
+    yield from generate(prompt, model, method, baseline, seed, False, delta, lam, k, draft, gamma,
+                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session)
 
 
 # ----------------------------------------------------------------------------- page
@@ -716,7 +719,12 @@ def build_demo(models: Models) -> gr.Blocks:
                 with gr.Accordion("Drafting", open=False, visible=v["method"] != "ar") as drafting:
                     draft = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
                                      info="auto: SD chain, EAGLE-2/LANTERN dynamic tree, LANTERN++ static tree")
-                    gamma = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ", elem_id="gamma")
+                    gamma = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ (most drafts per pass)",
+                                    elem_id="gamma")
+                    confidence = _Slider(0.0, 0.99, value=v["confidence"], step=0.01,
+                                         label="Chain: stop below confidence",
+                                         info="stop drafting once the product of the drafts' probabilities "
+                                              "falls below this (0 = always γ drafts)", elem_id="confidence")
                     depth = _Slider(1, 12, value=v["depth"], step=1, label="Tree depth", elem_id="depth")
                     branching = _Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)",
                                         elem_id="branching")
@@ -766,8 +774,8 @@ def build_demo(models: Models) -> gr.Blocks:
         session = gr.State(None)  # an id per page load (set below), for supersede()
         current_model = gr.State(models.default)
 
-        inputs = [prompt, model, method, baseline, seed, randomize, delta, lam, k, draft, gamma, depth, branching,
-                  tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session]
+        inputs = [prompt, model, method, baseline, seed, randomize, delta, lam, k, draft, gamma, confidence, depth,
+                  branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session]
         outputs = [image, base_image, token_map, per_step, cumulative, log_box, compare, table, seed, notice, stats,
                    cache]
         run_evt = gr.on([run_btn.click, prompt.submit], generate, inputs, outputs, api_name="generate",
@@ -788,7 +796,8 @@ def build_demo(models: Models) -> gr.Blocks:
                       queue=False)
 
         controls = {"delta": delta, "lam": lam, "k": k, "draft": draft,
-                    "gamma": gamma, "depth": depth, "branching": branching, "tree_tokens": tree_tokens,
+                    "gamma": gamma, "confidence": confidence, "depth": depth, "branching": branching,
+                    "tree_tokens": tree_tokens,
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "cfg_scale": cfg_scale}
 
         def select_model(name, previous):

@@ -35,7 +35,7 @@ from lantern_demo.ui import AUTO_DRAFT, INPUT_NAMES, OUTPUT_NAMES  # noqa: E402
 
 # small drafting shapes keep every run around a second on 2 CPU cores
 BASE = dict(prompt="a red cat", model="tiny-random", method="lantern", baseline="ar", seed=3, randomize_seed=False,
-            delta=0.25, lam=2.0, k=16, draft="auto", gamma=4, depth=3, branching=3, tree_tokens=10,
+            delta=0.25, lam=2.0, k=16, draft="auto", gamma=4, confidence=0.0, depth=3, branching=3, tree_tokens=10,
             temperature=1.0, top_k=0, top_p=1.0, cfg_scale=3.0)
 OUT = {name: i for i, name in enumerate(OUTPUT_NAMES)}
 
@@ -57,7 +57,8 @@ def _is_update(value) -> bool:
 def _reference(**overrides):
     """The same generation run directly on the cached pipeline (what the engine says)."""
     v = {**BASE, **overrides}
-    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"], depth=v["depth"],
+    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"],
+                       min_confidence=v["confidence"], depth=v["depth"],
                        top_k=v["branching"], total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
                        sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
     return load_pipeline("tiny-random", "cpu")(v["prompt"], cfg, seed=v["seed"])

@@ -98,7 +98,8 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
                               top_p=args.top_p)
     depth, branch, nodes = TREES[args.tree]
     tree = dict(depth=depth, top_k=branch, total_tokens=nodes, sampling=sampling)
-    base = DecodeConfig(sampling=sampling)
+    chain = dict(gamma=args.gamma, min_confidence=args.confidence, sampling=sampling)
+    chain_name = f"chain{args.gamma}" + (f" c={args.confidence:g}" if args.confidence else "")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     ks = sorted({min(k, max_k) for k in _ints(args.ks)})
     out: list[Setting] = []
@@ -106,7 +107,7 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
         if m == "ar":
             out.append(Setting("ar", DecodeConfig("ar", sampling=sampling)))
         elif m == "sd":
-            out.append(Setting(f"sd (chain {base.gamma})", DecodeConfig("sd", sampling=sampling), {}))
+            out.append(Setting(f"sd ({chain_name})", DecodeConfig("sd", **chain), {}))
         elif m == "eagle":
             out.append(Setting(f"eagle (tree {nodes})", DecodeConfig("eagle", **tree)))
         elif m == "lantern":
@@ -117,8 +118,8 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
         elif m == "lantern-chain":  # the relaxed rule on sd's chain: relaxed vs exact on one shape
             for d in _floats(args.chain_deltas):
                 k = min(args.default_k, max_k)
-                cfg = DecodeConfig("lantern", draft="chain", delta=d, k=k, sampling=sampling)
-                out.append(Setting(f"lantern chain{base.gamma} d={d:g} k={k}", cfg,
+                cfg = DecodeConfig("lantern", draft="chain", delta=d, k=k, **chain)
+                out.append(Setting(f"lantern {chain_name} d={d:g} k={k}", cfg,
                                    {"delta": d, "k": k, "draft": "chain"}))
         elif m == "lantern++":
             k = min(args.pp_k, max_k)
@@ -557,6 +558,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", default="ar,sd,eagle,lantern,lantern++,lantern-chain",
                     help="comma list of ar, sd, eagle, lantern (default tree, over --deltas x --ks), "
                     "lantern++ (static tree, over --lams), lantern-chain (sd's chain, over --chain-deltas, largest k)")
+    ap.add_argument("--gamma", type=int, default=None,
+                    help="chain length of sd and lantern-chain (default: the emoji preset's, else 4)")
+    ap.add_argument("--confidence", type=float, default=None,
+                    help="chain drafting stops below this path confidence (DecodeConfig.min_confidence; "
+                         "default: the emoji preset's, else 0)")
     ap.add_argument("--chain-deltas", default=None, help="deltas of lantern on the chain (default: --default-delta)")
     ap.add_argument("--tree", choices=sorted(TREES), default=None,
                     help="tree shape of eagle / lantern / lantern++: demo = depth 4, 4 children, 16 tokens (default "
@@ -570,9 +576,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--default-k", type=int, default=None, help="(demo tree 16, paper tree 1000); also lantern++'s "
                     "and lantern-chain's k")
     ap.add_argument("--pp-k", type=int, default=None, help="k of lantern++ (default: --default-k)")
-    ap.add_argument("--cfg-scale", type=float, default=SamplingConfig().cfg_scale)
-    ap.add_argument("--temperature", type=float, default=SamplingConfig().temperature)
-    ap.add_argument("--top-k", type=int, default=SamplingConfig().top_k)
+    ap.add_argument("--cfg-scale", type=float, default=None,
+                    help="default: the emoji preset's setting, else SamplingConfig's")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="default: the emoji preset's setting, else SamplingConfig's")
+    ap.add_argument("--top-k", type=int, default=None,
+                    help="default: the emoji preset's setting, else SamplingConfig's")
     ap.add_argument("--top-p", type=float, default=SamplingConfig().top_p)
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process")
     ap.add_argument("--eval-encoder", type=Path, default=None, help="default assets/eval")
@@ -586,11 +595,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def resolve_defaults(args: argparse.Namespace, gpu_preset: bool) -> None:
-    """Fill the grid defaults that depend on the preset (tree shape, k range)."""
+def resolve_defaults(args: argparse.Namespace, gpu_preset: bool, preset: str) -> None:
+    """Fill the defaults that depend on the preset (sampling and chain, tree shape, k range)."""
+    from ..pipeline import EMBEDDED, EMOJI_SETTINGS
+
+    shown = EMOJI_SETTINGS if preset == EMBEDDED else {
+        "cfg_scale": SamplingConfig().cfg_scale, "temperature": SamplingConfig().temperature,
+        "top_k": SamplingConfig().top_k, "gamma": DecodeConfig().gamma, "confidence": DecodeConfig().min_confidence}
+    for name in ("cfg_scale", "temperature", "top_k", "gamma", "confidence"):
+        if getattr(args, name) is None:
+            setattr(args, name, shown[name])
     q = args.quick
     args.tree = args.tree or ("paper" if gpu_preset else "demo")
     d_def, k_def = DEFAULT_RELAX[args.tree]
+    if preset == EMBEDDED:
+        d_def, k_def = float(EMOJI_SETTINGS["delta"]), int(EMOJI_SETTINGS["k"])
     args.default_delta = d_def if args.default_delta is None else args.default_delta
     args.default_k = k_def if args.default_k is None else args.default_k
     args.pp_k = args.pp_k or args.default_k
@@ -627,7 +646,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     log = print if main_proc else (lambda *a, **k: None)
     preset = args.preset or default_preset()
     pipe = load_pipeline(preset, device)
-    resolve_defaults(args, pipe.preset.needs_gpu)
+    resolve_defaults(args, pipe.preset.needs_gpu, preset)
     settings = build_settings(args, pipe.max_k)
     prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data)
     log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts, "
