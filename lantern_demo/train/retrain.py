@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import emoji_data
+from . import emoji_data, precision
 
 
 @dataclass
@@ -28,9 +28,9 @@ class Settings:
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 3200
+    gpt_steps: int = 1800
     gpt_batch: int = 16
-    drafter_steps: int = 1000
+    drafter_steps: int = 600
     drafter_batch: int = 16
     eval_batch: int = 64
     grid_n: int = 16  # held-out and training captions in the sample grid
@@ -89,23 +89,35 @@ def stage_vq(out: Path, ds, seed: int, s: Settings, log):
 
 
 def token_ids(out: Path, cache: Path, ds, log) -> torch.Tensor:
-    """VQ token ids [N, 256] of every image, cached next to the dataset (keyed by the VQ weights)."""
+    """VQ token ids [N, 256] of every image under the background rule, cached next to the dataset.
+
+    The background code is chosen on the training images (``train_vq.background_code``);
+    the rule's effect on held-out reconstruction is recorded in metrics.json ("tokens").
+    The cache is keyed by the VQ weights.
+    """
     import hashlib
 
-    from .train_vq import encode_ids, load_vq
+    from .train_vq import background_code, background_patches, encode_ids, evaluate, load_vq
 
     wfile = out / "vq" / "diffusion_pytorch_model.safetensors"
-    key = hashlib.sha1(wfile.read_bytes()).hexdigest()[:12] + f"_{len(ds)}"
+    key = hashlib.sha1(wfile.read_bytes()).hexdigest()[:12] + f"_{len(ds)}_bg"
     p = cache / f"ids_{key}.pt"
     if p.exists():
-        return torch.load(p)
+        return torch.load(p, weights_only=True)
     t = time.time()
     vq = load_vq(out / "vq")
-    ids = encode_ids(vq, ds.images).reshape(len(ds), -1)
+    train, held = ds.images[ds.split == 0], ds.images[ds.split == 1]
+    code = background_code(vq, train)
+    ids = encode_ids(vq, ds.images, background=code)
     cache.mkdir(parents=True, exist_ok=True)
-    torch.save(ids, p)
-    log(f"encoded {len(ds)} images to tokens in {time.time() - t:.0f}s")
-    return ids
+    torch.save(ids.reshape(len(ds), -1), p)
+    m = {"background_code": code, "background_fraction": float(background_patches(ds.images, ids.shape[1]).float().mean()),
+         "seconds": round(time.time() - t, 1)}
+    if len(held):
+        m["heldout"] = evaluate(vq, held, background=code)
+    update_metrics(out, "tokens", m)
+    log(f"encoded {len(ds)} images to tokens in {time.time() - t:.0f}s; background code {code}, {m}")
+    return ids.reshape(len(ds), -1)
 
 
 def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print) -> dict:
@@ -115,6 +127,7 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
     torch.manual_seed(seed)
     np.random.seed(seed)
     timings = load_metrics(out).get("timings", {})
+    machines = load_metrics(out).get("machines", {})
     ds = None
 
     def timed(name, fn):
@@ -122,7 +135,9 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
         log(f"== stage {name}")
         r = fn()
         timings[name] = round(time.time() - t, 1)
+        machines[name] = precision.machine()
         update_metrics(out, "timings", timings)
+        update_metrics(out, "machines", machines)
         return r
 
     ds = timed("data", lambda: stage_data(out, cache, seed, s, log))

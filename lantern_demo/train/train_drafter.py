@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import precision
 from .train_gpt import CaptionBank, _param_groups, lr_schedule
 
 DROP_P = 0.25
@@ -108,7 +109,7 @@ def train_drafter(
         cap_ids, cap_mask = bank.sample(items, g)
         drop = torch.rand(batch, generator=g) < DROP_P
         with sdpa_kernel(SDPBackend.MATH):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with precision.autocast():
                 reg, cls, agree = _batch_losses(gpt, drafter, text, cap_ids, cap_mask, ids[items], drop)
             loss = REG_WEIGHT * reg + CLS_WEIGHT * cls
             opt.zero_grad(set_to_none=True)
@@ -142,7 +143,7 @@ def top1_agreement(gpt, drafter, text, ids, cap_ids, cap_mask, batch: int = 64) 
     for i in range(0, len(ids), batch):
         sl = slice(i, i + batch)
         drop = torch.zeros(len(ids[sl]), dtype=torch.bool)
-        with sdpa_kernel(SDPBackend.MATH), torch.autocast("cpu", dtype=torch.bfloat16):
+        with sdpa_kernel(SDPBackend.MATH), precision.autocast():
             _, _, agree = _batch_losses(gpt, drafter, text, cap_ids[sl], cap_mask[sl], ids[sl], drop)
         hits += agree.item() * len(ids[sl])
         tot += len(ids[sl])

@@ -7,7 +7,7 @@ the *training* captions; unknown words are dropped at inference).
 
 Training: teacher-forced next-token cross-entropy on VQ tokens of the training
 emojis (``GPT.forward_train``); each step draws one random caption phrasing per
-image; caption dropout 0.1 (the row then uses ``uncond_embedding``) so that
+image; caption dropout 0.15 (the row then uses ``uncond_embedding``) so that
 classifier-free guidance works. AdamW, warm-up + cosine, bfloat16 autocast for
 the matrix products (float32 master weights). Attention is forced onto
 PyTorch's "math" SDPA backend while training: with a caption key mask, the CPU
@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import precision
+
 TEXT_DIM = 128
 PREFIX = 16
 
@@ -33,7 +35,7 @@ def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
     from ..gpt import GPTConfig
 
     base = dict(vocab_size=vocab_size, dim=192, n_layer=4, n_head=6, ffn_hidden=512, cls_token_num=PREFIX,
-                caption_dim=caption_dim, grid=16, class_dropout_p=0.1)
+                caption_dim=caption_dim, grid=16, class_dropout_p=0.15)
     base.update(overrides)
     return GPTConfig(**base)
 
@@ -91,7 +93,7 @@ def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask:
     tot, cnt = 0.0, 0
     for i in range(0, len(ids), batch):
         emb = text(cap_ids[i : i + batch])
-        with sdpa_kernel(SDPBackend.MATH), torch.autocast("cpu", dtype=torch.bfloat16):
+        with sdpa_kernel(SDPBackend.MATH), precision.autocast():
             logits, _ = gpt.forward_train(emb, ids[i : i + batch], None, cap_mask[i : i + batch])
         loss = F.cross_entropy(logits.float().flatten(0, 1), ids[i : i + batch].flatten(), reduction="sum")
         tot += loss.item()
@@ -139,7 +141,7 @@ def train_gpt(
         drop = torch.rand(batch, generator=g) < cfg.class_dropout_p
         tokens = ids[items]
         with sdpa_kernel(SDPBackend.MATH):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with precision.autocast():
                 logits, _ = gpt.forward_train(text(cap_ids), tokens, drop, cap_mask)
             loss = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten())
             opt.zero_grad(set_to_none=True)
