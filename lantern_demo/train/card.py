@@ -13,20 +13,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..pipeline import EMOJI_SETTINGS
 from . import emoji_data
+from .train_vq import BACKGROUND_MIN
 
-#: Sampling used for the sample grid and the measurements.
-GRID_SAMPLING = dict(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
-#: (method, draft shape, delta, k) measured for the card.
+#: The model card's "Quality notes" come from this file in the output folder: what a person
+#: sees in samples.png, written after looking at it (a retrain keeps the file; update it).
+NOTES_FILE = "quality_notes.md"
+
+#: Sampling used for the sample grid and the measurements: the app's emoji defaults.
+GRID_SAMPLING = {k: EMOJI_SETTINGS[k] for k in ("cfg_scale", "temperature", "top_k")}
+GAMMA = int(EMOJI_SETTINGS["gamma"])
+CONFIDENCE = float(EMOJI_SETTINGS["confidence"])
+#: (method, draft shape, delta, k, min_confidence) measured for the card.
 SPEC_SETTINGS = (
-    ("sd", "chain", 0.0, 0),
-    ("lantern", "chain", 0.1, 10),
-    ("lantern", "chain", 0.2, 50),
-    ("lantern", "chain", 0.4, 100),
-    ("eagle", "tree", 0.0, 0),
-    ("lantern", "tree", 0.2, 50),
+    ("sd", "chain", 0.0, 0, 0.0),
+    ("sd", "chain", 0.0, 0, CONFIDENCE),
+    ("lantern", "chain", 0.1, 16, CONFIDENCE),
+    ("lantern", "chain", 0.25, 16, 0.0),
+    ("lantern", "chain", 0.25, 16, CONFIDENCE),
+    ("lantern", "chain", float(EMOJI_SETTINGS["delta"]), int(EMOJI_SETTINGS["k"]), CONFIDENCE),
+    ("eagle", "tree", 0.0, 0, 0.0),
+    ("lantern", "tree", 0.25, 16, 0.0),
 )
-GAMMA = 4
 TREE = dict(depth=4, top_k=4, total_tokens=16)
 
 
@@ -124,21 +133,23 @@ def stage_card(out: Path, ds, seed: int, s, log):
     log(f"card: sample grid with {len(entries)} captions, mean AR wall time {np.mean(ar_times):.2f}s")
 
     # speculative decoding with the drafter, exact and relaxed
-    K = max(k for *_, k in SPEC_SETTINGS) or 1
+    K = max(k for _, _, _, k, _ in SPEC_SETTINGS) or 1
     neighbors = build_neighbor_table(vq.raw_codebook(), min(K, vq.codebook_size - 1))
     # half held-out, half training captions
     order = [c for pair in zip(cases[: len(pick_he)], cases[len(pick_he):]) for c in pair] or cases
     prompts = [ds.captions[i][0] for i, _ in order[: s.spec_prompts]]
     spec = []
-    for method, draft, delta, k in SPEC_SETTINGS[: s.spec_settings]:
-        extra = dict(gamma=GAMMA) if draft == "chain" else dict(TREE)
+    for method, draft, delta, k, confidence in SPEC_SETTINGS[: s.spec_settings]:
+        extra = dict(gamma=GAMMA, min_confidence=confidence) if draft == "chain" else dict(TREE)
         cfg = DecodeConfig(method=method, draft=draft, delta=delta, k=k, sampling=sampling, **extra)
         stats = []
         for j, pr in enumerate(prompts):
             r = generate(gpt, drafter, _cond(text, pr), cfg, n_tok, seed=seed + j, neighbors=neighbors)
             stats.append(r.stats)
-        row = {"method": method, "draft": draft, "delta": delta, "k": k, **({"gamma": GAMMA} if draft == "chain" else TREE)}
-        for key in ("acceptance_rate", "mean_accepted", "wall_time", "nfe", "mean_tvd"):
+        row = {"method": method, "draft": draft, "delta": delta, "k": k, **extra}
+        row.pop("sampling", None)
+        for key in ("acceptance_rate", "mean_accepted", "wall_time", "nfe", "mean_tvd", "drafter_passes",
+                    "draft_time", "target_time"):
             row[key] = float(np.mean([st[key] for st in stats]))
         spec.append(row)
         log(f"card: {row}")
@@ -169,9 +180,16 @@ def _size_table(out: Path) -> tuple[str, float]:
     return "\n".join(rows), total / 1e6
 
 
-def _total_min(d: dict, tm: dict) -> float:
-    secs = sum(v for k, v in tm.items() if k != "data" and isinstance(v, (int, float)))
-    return (secs + (d.get("render_seconds") or 0) + 60) / 60
+def _stage_table(d: dict, tm: dict, machines: dict) -> str:
+    rows = ["| stage | seconds | CPU | threads | precision |", "|---|---|---|---|---|"]
+    secs = {"data (render)": d.get("render_seconds"), **{k: v for k, v in tm.items() if k != "data"}}
+    for name, v in secs.items():
+        mc = machines.get(name, {})
+        rows.append(f"| {name} | {v if v is not None else 'n/a'} | {mc.get('cpu', 'not recorded')} "
+                    f"{mc.get('cpu_capability', '')} | {mc.get('threads', '')} | {mc.get('precision', '')} |")
+    total = sum(v for v in secs.values() if isinstance(v, (int, float)))
+    rows.append(f"| total | {total:.0f} ({total / 60:.0f} min) | | | |")
+    return "\n".join(rows)
 
 
 def write_model_card(out: Path, m: dict) -> None:
@@ -180,10 +198,15 @@ def write_model_card(out: Path, m: dict) -> None:
     sizes, total = _size_table(out)
     held = vq.get("heldout", {})
     spec_rows = "\n".join(
-        f"| {r['method']} | {r['draft']} | {r['delta']} | {r['k']} | {r['acceptance_rate']:.3f} | "
-        f"{r['mean_accepted']:.2f} | {r['nfe']:.0f} | {r['mean_tvd']:.3f} | {r['wall_time']:.2f} |"
+        f"| {r['method']} | {r['draft']} | {r.get('min_confidence', 0.0) or '-'} | {r['delta']} | {r['k']} | "
+        f"{r['acceptance_rate']:.3f} | {r['mean_accepted']:.2f} | {r['nfe']:.0f} | {r.get('drafter_passes', 0):.0f} | "
+        f"{r['mean_tvd']:.3f} | {r.get('draft_time', 0):.2f} | {r.get('target_time', 0):.2f} | {r['wall_time']:.2f} |"
         for r in card.get("speculative", [])
     )
+    notes_file = out / NOTES_FILE
+    notes = notes_file.read_text().strip() if notes_file.exists() else f"No notes for this run (write `{NOTES_FILE}`)."
+    tok = m.get("tokens", {})
+    tok_held = tok.get("heldout", {})
     caps = "\n".join(
         f"{i + 1}. {'held-out' if c['heldout'] else 'train'}: {c['caption']} ({c['emoji']})"
         for i, c in enumerate(card.get("grid_captions", []))
@@ -240,25 +263,36 @@ The LANTERN neighbour table is computed from `vq/`'s codebook when the app loads
 One command, seeded, retrains everything from scratch (dataset included):
 
 ```
-python -m lantern_demo.train --out assets/emoji
+python -m lantern_demo.train --out assets/emoji --threads 2
 ```
 
-(`--smoke` runs every stage for a few steps on a few images; `--stages vq,gpt,...` runs a subset.)
-Wall time of the run that produced these weights, one torch thread (`--threads 1`, the default) on
-the shared 2-core CPU dev machine while other jobs were running (with 2 threads and a busy second core a
-step was about 4x slower): rendering the data {d.get('render_seconds') or 'n/a'} s, VQ {tm.get('vq', 'n/a')} s,
-GPT {tm.get('gpt', 'n/a')} s (plus about a minute to tokenize the images), drafter {tm.get('drafter', 'n/a')} s,
-card/evaluation {tm.get('card', 'n/a')} s; total {_total_min(d, tm):.0f} min.
-These weights came from two invocations of the same code and seed (`--stages data,vq`, then
-`--stages gpt,drafter,card`); every stage seeds itself, so one invocation gives the same result.
+(`--smoke` runs every stage for a few steps on a few images; `--stages vq,gpt,...` runs a subset;
+every stage seeds itself, so running the stages in several invocations gives the same result.)
+Training uses bfloat16 autocast only where the CPU runs it natively (`lantern_demo.train.precision`:
+on an AVX2-only CPU emulated bfloat16 made a GPT step 10x slower), else float32.
+Wall time of each stage of the run that produced these weights, and where it ran:
+
+{_stage_table(d, tm, m.get('machines', {}))}
+
+The stages ran where the table says; the VQ has not been retrained on an AVX2-only CPU. There, in
+float32, its steps are several times slower than on a bfloat16-capable CPU (4 timed steps took 4-6 s
+each with the other core busy), so on such a 2-core machine the full retraining takes well over the
+90 minutes it took on the earlier one; `Settings` in `lantern_demo/train/retrain.py` holds the step
+counts to lower for such a machine.
 
 - VQ: {vq.get('steps', 'n/a')} AdamW steps; the first {vq.get('crop_steps', 'n/a')} on batches of {vq.get('batch', 'n/a')} random
   32x32 crops, the rest on batches of {vq.get('full_batch', 'n/a')} whole images; L1 + L2 + codebook/commitment loss
   (beta 0.25); codebook initialised from encoder outputs, dead codes re-seeded every 100 steps
   ({vq.get('dead_code_restarts', 'n/a')} re-seeds in all).
+- Tokens (background rule, `train_vq.background_patches`): this VQ's encoder sees past its 4x4 patch
+  (3x3 convolutions, a mid-block attention), so it gave the plain white background of the emojis
+  171 different codes, which no model can predict from the caption. Every patch whose pixels are all
+  at least {BACKGROUND_MIN} gets one code instead ({tok.get('background_code', 'n/a')}, the encoder's most frequent
+  choice there): {f(tok.get('background_fraction'), '.0%')} of all tokens. The look-alike codes stay in the codebook
+  and still occur at stroke edges and in flat colours.
 - GPT + text encoder: {gpt.get('steps', 'n/a')} AdamW steps of batch {gpt.get('batch', 'n/a')} (lr {gpt.get('lr', 'n/a')}, warm-up + cosine),
-  teacher-forced cross-entropy on the VQ tokens, a random phrasing per image per step, caption dropout 0.1
-  (the row uses the GPT's `uncond_embedding`, for classifier-free guidance).
+  teacher-forced cross-entropy on the VQ tokens, a random phrasing per image per step, caption dropout
+  {cfg.get('class_dropout_p', 'n/a')} (the row uses the GPT's `uncond_embedding`, for classifier-free guidance).
 - Drafter: {dr.get('steps', 'n/a')} steps of batch {dr.get('batch', 'n/a')}. {dr.get('method', '')}: the frozen target runs
   teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
   next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with
@@ -271,35 +305,29 @@ These weights came from two invocations of the same code and seed (`--stages dat
 
 | metric | value |
 |---|---|
-| VQ reconstruction PSNR, held-out emojis (mean / median) | {f(held.get('psnr_mean'), '.2f')} / {f(held.get('psnr_median'), '.2f')} dB |
-| VQ codes used on held-out images / perplexity | {held.get('codes_used', 'n/a')} / {f(held.get('perplexity'), '.0f')} (of 1024) |
+| VQ reconstruction PSNR, held-out emojis, encoder's codes (mean / median) | {f(held.get('psnr_mean'), '.2f')} / {f(held.get('psnr_median'), '.2f')} dB |
+| ... with the background rule (the tokens the GPT learns) | {f(tok_held.get('psnr_mean'), '.2f')} / {f(tok_held.get('psnr_median'), '.2f')} dB |
+| VQ codes used on held-out images / perplexity, background rule | {tok_held.get('codes_used', 'n/a')} / {f(tok_held.get('perplexity'), '.0f')} (of 1024) |
 | GPT held-out per-token NLL (conditional, first phrasing) | {f(gpt.get('heldout_nll'))} nats |
 | GPT training-set per-token NLL (same number of images) | {f(gpt.get('train_nll'))} nats |
 | Drafter top-1 agreement with the target, held-out, teacher-forced | {f(dr.get('heldout_top1_agreement'))} |
 | Target's mean top-1 probability while sampling (token selection ambiguity) | {f(card.get('mean_top1_probability'))} |
 | AR generation, one image with CFG, mean wall time | {f(card.get('ar_wall_time_mean'), '.2f')} s |
 
-Sampling for all of these: CFG {GRID_SAMPLING['cfg_scale']}, temperature {GRID_SAMPLING['temperature']},
-no top-k/top-p. Speculative decoding on {card.get('spec_prompts', 'n/a')} prompts (chain: gamma {GAMMA};
-tree: depth {TREE['depth']}, top-k {TREE['top_k']}, {TREE['total_tokens']} nodes); times measured during
-training on a busy machine (see the benchmark for speed):
+Sampling for all of these (the app's defaults for this model, `pipeline.EMOJI_SETTINGS`): CFG
+{GRID_SAMPLING['cfg_scale']}, temperature {GRID_SAMPLING['temperature']}, top-k {GRID_SAMPLING['top_k'] or 'off'}.
+Speculative decoding on {card.get('spec_prompts', 'n/a')} prompts (chain: at most gamma {GAMMA} drafts,
+"stop below" = `min_confidence`; tree: depth {TREE['depth']}, top-k {TREE['top_k']}, {TREE['total_tokens']} nodes).
+Times were measured in the card stage, one prompt after another on the training machine;
+`docs/benchmarks.md` has the controlled comparison:
 
-| method | draft | delta | k | acceptance rate | tokens / target pass | target passes | mean TVD | wall s |
-|---|---|---|---|---|---|---|---|---|
+| method | draft | stop below | delta | k | acceptance rate | tokens / target pass | target passes | drafter passes | mean TVD | drafter s | target s | wall s |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 {spec_rows}
 
-## Quality notes (the committed run)
+## Quality notes
 
-The quality gate "training-set prompts give recognisable emojis" is **not met** by these weights.
-The GPT fits its training tokens (per-token NLL {f(gpt.get('train_nll'))} teacher-forced, 0.1 on some images)
-but overfits (held-out {f(gpt.get('heldout_nll'))}), and free-running samples drift: at temperature 1 one
-unlikely token (often one of the several look-alike "white" codes) leads the model off its training
-sequences and the rest of the image becomes scribbles. Classifier-free guidance makes it worse at this
-size (the unconditional branch, trained on 10% of the captions, is poor; CFG 3 already changes token 3 of a
-training image), greedy decoding without CFG is the best setting found (it reproduces some training emojis
-closely, e.g. framed keycaps and zodiac signs, but not most). Teacher-forced, the drafter agrees with the
-target's argmax {f(dr.get('heldout_top1_agreement'))} of the time on held-out emojis, yet sampled acceptance
-is low because target and drafter both sample from diffuse, CFG-amplified distributions.
+{notes}
 
 ## Samples
 
