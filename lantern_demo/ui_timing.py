@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from gradio_client import Client
 
-    from .ui import DEFAULTS, INPUT_NAMES, OUTPUT_NAMES, create_app, launch_kwargs
+    from .ui import INPUT_NAMES, OUTPUT_NAMES, create_app, launch_kwargs, preset_values
 
     t0 = time.perf_counter()
     demo, models = create_app()
@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     try:
         for method in args.methods.split(","):
-            values = {**DEFAULTS, "prompt": args.prompt, "model": models.default, "method": method,
-                      "baseline": "none"}
+            # the controls as the page opens for this preset (its defaults), then the method
+            values = {**preset_values(models.default), "prompt": args.prompt, "model": models.default,
+                      "method": method, "baseline": "none"}
             rows = []
             for i in range(args.repeats + 1):
                 t_click = time.perf_counter()
