@@ -275,10 +275,10 @@ Wall time of each stage of the run that produced these weights, and where it ran
 {_stage_table(d, tm, m.get('machines', {}))}
 
 The stages ran where the table says; the VQ has not been retrained on an AVX2-only CPU. There, in
-float32, its steps are several times slower than on a bfloat16-capable CPU (4 timed steps took 4-6 s
-each with the other core busy), so on such a 2-core machine the full retraining takes well over the
-90 minutes it took on the earlier one; `Settings` in `lantern_demo/train/retrain.py` holds the step
-counts to lower for such a machine.
+float32 with 2 threads, a VQ step was timed at 2.2 s (crops) and 1.6 s (whole images), so the VQ stage
+would take about 83 minutes and the full retraining about 140 minutes on such a 2-core machine, against
+73 minutes on the earlier, bfloat16-capable one; `Settings` in `lantern_demo/train/retrain.py` holds the
+step counts to lower for such a machine.
 
 - VQ: {vq.get('steps', 'n/a')} AdamW steps; the first {vq.get('crop_steps', 'n/a')} on batches of {vq.get('batch', 'n/a')} random
   32x32 crops, the rest on batches of {vq.get('full_batch', 'n/a')} whole images; L1 + L2 + codebook/commitment loss
