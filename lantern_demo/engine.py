@@ -44,11 +44,12 @@ class DecodeConfig:
     method: "ar" | "sd" (exact, chain) | "eagle" (exact, dynamic tree) |
         "lantern" (relaxed, delta and k) | "lantern++" (relaxed, lam and k; static tree).
     draft: "chain" | "tree" (EAGLE-2 dynamic) | "static" (LANTERN++); None = the method's default.
-    gamma: chain length (the most drafts per step). depth: tree levels.
+    gamma: chain length (the most drafts per step).
     min_confidence: chain drafting stops early once the product of the drafted tokens'
         draft probabilities (EAGLE-2's path confidence, an estimate of the chance that
         every draft so far is accepted) falls below it; 0 = always ``gamma`` drafts.
-        It decides from the drafter alone, so exact methods stay exact. top_k: children per expanded node.
+        It decides from the drafter alone, so exact methods stay exact.
+    depth: tree levels. top_k: children per expanded node.
     total_tokens: tree nodes verified per step including the root (dynamic and static).
     static_shape: explicit static tree as paths of child ranks (None = ``static_tree(...)``).
     delta, k, lam: the relaxation (``acceptance.Relaxation``); lam only for lantern++,

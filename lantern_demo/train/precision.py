@@ -35,9 +35,9 @@ def bf16_faster() -> bool:
     return seconds(torch.bfloat16) < 0.8 * seconds(torch.float32)
 
 
-def autocast() -> torch.autocast:
-    """``torch.autocast`` on CPU with bfloat16, enabled only when :func:`bf16_faster`."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_faster())
+def autocast(enabled: bool = True) -> torch.autocast:
+    """``torch.autocast`` on CPU with bfloat16, on only when ``enabled`` and :func:`bf16_faster`."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled and bf16_faster())
 
 
 def name() -> str:

@@ -106,18 +106,21 @@ def token_ids(out: Path, cache: Path, ds, log) -> torch.Tensor:
         return torch.load(p, weights_only=True)
     t = time.time()
     vq = load_vq(out / "vq")
-    train, held = ds.images[ds.split == 0], ds.images[ds.split == 1]
-    code = background_code(vq, train)
-    ids = encode_ids(vq, ds.images, background=code)
+    ids = encode_ids(vq, ds.images)  # [N, h, w], the encoder's own codes
+    bg = background_patches(ds.images, ids.shape[1])
+    train = torch.from_numpy(ds.split == 0)
+    code = background_code(ids[train], bg[train])
+    ids[bg] = code  # the background rule (what encode_ids(..., background=code) does)
+    ids = ids.reshape(len(ds), -1)
     cache.mkdir(parents=True, exist_ok=True)
-    torch.save(ids.reshape(len(ds), -1), p)
-    m = {"background_code": code, "background_fraction": float(background_patches(ds.images, ids.shape[1]).float().mean()),
-         "seconds": round(time.time() - t, 1)}
+    torch.save(ids, p)
+    m = {"background_code": code, "background_fraction": float(bg.float().mean()), "seconds": round(time.time() - t, 1)}
+    held = ds.images[ds.split == 1]
     if len(held):
         m["heldout"] = evaluate(vq, held, background=code)
     update_metrics(out, "tokens", m)
     log(f"encoded {len(ds)} images to tokens in {time.time() - t:.0f}s; background code {code}, {m}")
-    return ids.reshape(len(ds), -1)
+    return ids
 
 
 def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print) -> dict:
@@ -126,8 +129,8 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    timings = load_metrics(out).get("timings", {})
-    machines = load_metrics(out).get("machines", {})
+    previous = load_metrics(out)
+    timings, machines = previous.get("timings", {}), previous.get("machines", {})
     ds = None
 
     def timed(name, fn):

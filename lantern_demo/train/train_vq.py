@@ -72,13 +72,13 @@ def to_uint8(x: torch.Tensor) -> np.ndarray:
 
 
 def _encode_latent(vq, x: torch.Tensor, amp: bool) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp and precision.bf16_faster()):
+    with precision.autocast(enabled=amp):
         h = vq.quant_conv(vq.encoder(x))
     return h.float()
 
 
 def _decode_quant(vq, q: torch.Tensor, amp: bool) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp and precision.bf16_faster()):
+    with precision.autocast(enabled=amp):
         dec = vq.decoder(vq.post_quant_conv(q))
     return dec.float()
 
@@ -122,10 +122,12 @@ def background_patches(images_u8: np.ndarray, grid: int) -> torch.Tensor:
     return torch.from_numpy(patches >= BACKGROUND_MIN)
 
 
-def background_code(vq, images_u8: np.ndarray) -> int:
-    """The code the encoder most often gives pure-background patches of these images."""
-    ids = encode_ids(vq, images_u8)
-    return int(ids[background_patches(images_u8, ids.shape[1])].mode().values)
+def background_code(ids: torch.Tensor, background: torch.Tensor) -> int:
+    """The code the encoder most often gives pure-background patches.
+
+    ids: the encoder's codes [N, h, w]; background: :func:`background_patches` of the same images.
+    """
+    return int(ids[background].mode().values)
 
 
 @torch.no_grad()
