@@ -147,7 +147,6 @@ def stage_card(out: Path, ds, seed: int, s, log):
             r = generate(gpt, drafter, _cond(text, pr), cfg, n_tok, seed=seed + j, neighbors=neighbors)
             stats.append(r.stats)
         row = {"method": method, "draft": draft, "delta": delta, "k": k, **extra}
-        row.pop("sampling", None)
         for key in ("acceptance_rate", "mean_accepted", "wall_time", "nfe", "mean_tvd", "drafter_passes",
                     "draft_time", "target_time"):
             row[key] = float(np.mean([st[key] for st in stats]))
