@@ -28,9 +28,9 @@ class Settings:
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 1800
+    gpt_steps: int = 3600
     gpt_batch: int = 16
-    drafter_steps: int = 600
+    drafter_steps: int = 1200
     drafter_batch: int = 16
     eval_batch: int = 64
     grid_n: int = 16  # held-out and training captions in the sample grid
