@@ -28,7 +28,7 @@ class Settings:
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 3600
+    gpt_steps: int = 1800
     gpt_batch: int = 16
     drafter_steps: int = 1200
     drafter_batch: int = 16
