@@ -274,8 +274,9 @@ Wall time of each stage of the run that produced these weights, and where it ran
 
 {_stage_table(d, tm, m.get('machines', {}))}
 
-The total is the wall time of the retraining on the machine in the table, against the issue's budget of
-90 minutes on 2 CPU cores. These shared machines vary from day to day: here a GPT step took
+The total is the sum of the stages' wall times on the machines in the table (every stage seeds itself,
+so one invocation or several give the same weights), against the issue's budget of 90 minutes on
+2 CPU cores. These shared machines vary from day to day: here a GPT step took
 {step_s} s, while an earlier, busier session measured 1.36 s per step on the same kind of AMD EPYC
 (2449 s for 1800 steps), at which pace this run would not fit the budget; `Settings` in
 `lantern_demo/train/retrain.py` holds the step counts to lower on such a machine.
