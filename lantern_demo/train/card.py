@@ -276,10 +276,9 @@ Wall time of each stage of the run that produced these weights, and where it ran
 
 The total is the sum of the stages' wall times on the machines in the table (every stage seeds itself,
 so one invocation or several give the same weights), against the issue's budget of 90 minutes on
-2 CPU cores. These shared machines vary from day to day: here a GPT step took
-{step_s} s, while an earlier, busier session measured 1.36 s per step on the same kind of AMD EPYC
-(2449 s for 1800 steps), at which pace this run would not fit the budget; `Settings` in
-`lantern_demo/train/retrain.py` holds the step counts to lower on such a machine.
+2 CPU cores. A GPT step took {step_s} s here; these shared machines vary from day to day (see the
+quality notes), and `Settings` in `lantern_demo/train/retrain.py` holds the step counts to lower on
+a slower one.
 
 - VQ: {vq.get('steps', 'n/a')} AdamW steps; the first {vq.get('crop_steps', 'n/a')} on batches of {vq.get('batch', 'n/a')} random
   32x32 crops, the rest on batches of {vq.get('full_batch', 'n/a')} whole images; L1 + L2 + codebook/commitment loss
