@@ -476,7 +476,7 @@ class GPT(nn.Module):
     @torch.no_grad()
     def prefill(self, cond: Any, rows: int, max_tokens: int) -> Prefix:
         """Reset the cache and run the prefix. cond: see the module docstring; rows 1 or 2."""
-        cfg, P = self.cfg, self.cfg.cls_token_num
+        P = self.cfg.cls_token_num
         if rows not in (1, 2):
             raise ValueError(f"rows must be 1 or 2, got {rows}")
         emb, mask = prepare_caption(cond, P)
@@ -485,6 +485,19 @@ class GPT(nn.Module):
         caption = torch.stack([cond_row, uncond][:rows]) if rows == 2 else cond_row[None]
         embeds = self.cls_embedding.cap_proj(caption.to(self.dtype))  # [R, P, D]
         key_mask = None if mask is None else mask.to(self.device)[None].expand(rows, P).contiguous()
+        return self.prefill_embeds(embeds, key_mask, max_tokens)
+
+    @torch.no_grad()
+    def prefill_embeds(self, embeds: Tensor, key_mask: Tensor | None, max_tokens: int) -> Prefix:
+        """Reset the cache and run prefix input embeddings ``embeds [R, P, D]`` for any number of rows.
+
+        key_mask [R, P] bool (True = valid) or None. ``prefill`` is this for one caption and
+        its CFG row; batched samplers (``lantern_demo.train.self_samples``) pass many captions.
+        """
+        cfg, P = self.cfg, self.cfg.cls_token_num
+        rows = embeds.shape[0]
+        if embeds.shape[1:] != (P, cfg.dim):
+            raise ValueError(f"prefix embeddings must be [R, {P}, {cfg.dim}], got {tuple(embeds.shape)}")
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P, max_tokens,
                              self.dtype, self.device, key_mask)
         rope = torch.zeros(P, cfg.head_dim // 2, 2, device=self.device)
@@ -498,15 +511,21 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, positions: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Append T image tokens. Returns (logits [R, T, V] float32, hidden [R, T, D] after the final norm)."""
+        """Append T image tokens: ``tokens [T]`` (the same in every row) or ``[R, T]`` (one sequence
+        per row, for batched sampling); positions [T]. Returns (logits [R, T, V] float32, hidden
+        [R, T, D] after the final norm)."""
         if self.cache is None:
             raise RuntimeError("call prefill() before forward()")
         c = self.cache
-        tokens = tokens.to(self.device).reshape(-1)
-        T = tokens.numel()
+        tokens = tokens.to(self.device)
+        tokens = tokens.reshape(-1) if tokens.dim() != 2 else tokens
+        T = tokens.shape[-1]
+        if tokens.dim() == 2 and tokens.shape[0] != c.rows:
+            raise ValueError(f"tokens must be [T] or [{c.rows}, T], got {tuple(tokens.shape)}")
         attn_mask = c.step_mask(mask, T)
         rope = rope_for_positions(self.cfg, positions.to(self.device).reshape(-1))
-        h = self.embed_tokens(tokens)[None].expand(c.rows, T, -1)
+        h = self.embed_tokens(tokens)
+        h = h.expand(c.rows, T, -1) if tokens.dim() == 1 else h
         offset = c.prefix + c.length
         for i, layer in enumerate(self.layers):
             h = layer(h, rope, attn_mask, kv=c.layer(i), offset=offset)
