@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1: on a shared 2-core machine, 2 threads were 4x slower per step)")
     ap.add_argument("--smoke", action="store_true", help="a few steps per stage on a few images")
+    ap.add_argument("--drafter-self-samples", type=int, default=None, metavar="N",
+                    help="train the drafter half on N samples of the target (self-distillation; default 0: "
+                         "data only, see lantern_demo.train.train_drafter)")
     a = ap.parse_args(argv)
 
     import torch
@@ -46,7 +49,8 @@ def main(argv=None) -> int:
     cache = Path(a.cache) if a.cache else default_cache()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True))
+    R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
+          drafter_self_samples=a.drafter_self_samples)
     print(f"done in {time.time() - t0:.0f}s", flush=True)
     return 0
 

@@ -297,9 +297,9 @@ a slower one.
   teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
   next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with
   probability {dr.get('caption_drop', 'n/a')} so the unconditional CFG row is drafted well too. Self-distillation
-  (training on the target's own samples) would need thousands of 256-step generations, about as costly on this
-  CPU as training the GPT itself; with soft targets the drafter already learns the target's distribution, and
-  only the prefixes come from data instead of from the target.
+  (half of each batch from the target's own samples, `--drafter-self-samples N`) was measured and did not pay:
+  no more exact-SD tokens per pass, LANTERN's within noise (`lantern_demo/train/train_drafter.py`); with soft
+  targets the drafter already learns the target's distribution, only its prefixes come from data.
 
 ## Measurements
 

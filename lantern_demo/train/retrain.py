@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ class Settings:
     gpt_batch: int = 16
     drafter_steps: int = 1200
     drafter_batch: int = 16
+    drafter_self_samples: int = 0  # target samples mixed into the drafter's batches (0: data only)
     eval_batch: int = 64
     grid_n: int = 16  # held-out and training captions in the sample grid
     spec_prompts: int = 8  # prompts per speculative setting measured for the card
@@ -123,8 +124,11 @@ def token_ids(out: Path, cache: Path, ds, log) -> torch.Tensor:
     return ids
 
 
-def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print) -> dict:
+def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print,
+        drafter_self_samples: int | None = None) -> dict:
     s = Settings.smoke() if smoke else Settings.full()
+    if drafter_self_samples is not None:
+        s = replace(s, drafter_self_samples=drafter_self_samples)
     out, cache = Path(out), Path(cache)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
