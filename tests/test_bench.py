@@ -227,3 +227,19 @@ def test_sharded_run_equals_single_process(tmp_path):
     b = json.loads((tmp_path / "two" / "results.json").read_text())
     assert a["meta"]["num_processes"] == 1 and b["meta"]["num_processes"] == 2
     assert _strip_timings(a) == _strip_timings(b)
+
+
+def test_prefix_completion_cli(tmp_path, capsys):
+    """python -m lantern_demo.bench.completion: the whole real prefix reproduces the decoded real tokens."""
+    from lantern_demo.bench.completion import main as completion_main
+
+    out = tmp_path / "completion.json"
+    completion_main(["--num-prompts", "4", "--rows", "0,16", "--threads", "1", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["prompts"] == 4 and [r["prefix_rows"] for r in res["rows"]] == [0, 16]
+    full = res["rows"][1]
+    assert full["agreement_after_prefix"] == 1.0 and full["retrieval_hits"] == res["real_tokens_decoded"]
+    assert 0 <= res["rows"][0]["retrieval_hits"] <= 4 and 0 <= res["real_images"] <= 4
+    assert "| real images |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        completion_main(["--rows", "17"])

@@ -73,3 +73,30 @@ def test_drafter_trains_on_self_samples(target_and_captions):
                                batch=4, log=lambda s: None, self_samples=samples)
     assert "5 samples of the target" in m["method"]
     assert drafter.fc.weight.abs().sum() > 0
+
+
+
+def test_prefix_completion_follows_the_teacher_forced_argmax():
+    """A forced prefix is kept, and greedy continuation is the guided argmax given all earlier
+    tokens (on the trained emoji model, where token positions matter: a shifted or misread
+    prefix changes the continuation)."""
+    from lantern_demo.bench.metrics import guided_probs
+    from lantern_demo.pipeline import load_pipeline
+
+    pipe = load_pipeline("emoji", device="cpu")
+    target, text = pipe.target, pipe.text_encoder
+    ids, mask, _ = text.tokenize(["red heart", "cat face"])
+    emb = text(ids)
+    sampling = SamplingConfig(cfg_scale=2.0, temperature=0.0)
+    n, n0 = target.cfg.grid**2, 3 * target.cfg.grid
+    prefix = torch.randint(0, target.cfg.vocab_size, (2, n0), generator=torch.Generator().manual_seed(4))
+    out = sample_batch(target, emb, mask, sampling, torch.Generator().manual_seed(0), prefix=prefix)
+    assert out.shape == (2, n) and torch.equal(out[:, :n0], prefix)
+    for i in range(2):
+        probs = guided_probs(target, Caption(emb[i], mask[i]), out[i], sampling)[n0:]  # [N - n0, V]
+        chosen = probs.gather(1, out[i, n0:, None])[:, 0]
+        assert bool((chosen >= probs.max(1).values - 1e-5).all()), i  # argmax up to float ties
+    full = sample_batch(target, emb, mask, sampling, torch.Generator().manual_seed(0), prefix=out)
+    assert torch.equal(full, out)
+    with pytest.raises(ValueError):
+        sample_batch(target, emb, mask, sampling, torch.Generator(), prefix=prefix[:1])

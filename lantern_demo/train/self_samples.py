@@ -1,4 +1,5 @@
-"""The target's own samples, drawn in batches: the drafter's self-distillation data.
+"""The target's own samples, drawn in batches: the drafter's self-distillation data and the
+prefix-completion measurement (``lantern_demo.bench.completion``).
 
 ``sample_tokens`` runs the same ``GPT`` (``prefill_embeds`` + ``forward`` with one
 token sequence per row) on many captions at once, with classifier-free guidance
@@ -19,14 +20,21 @@ from ..sampling import SamplingConfig, pick, probs_from_logits
 
 @torch.no_grad()
 def sample_batch(gpt, caption_emb: Tensor, caption_mask: Tensor | None, sampling: SamplingConfig,
-                 gen: torch.Generator, num_tokens: int | None = None) -> Tensor:
+                 gen: torch.Generator, num_tokens: int | None = None, prefix: Tensor | None = None) -> Tensor:
     """AR samples of ``gpt`` for B captions. caption_emb [B, L, C]; caption_mask [B, L] bool or None.
 
     Rows 0..B-1 carry the captions, rows B..2B-1 (when ``sampling.cfg_scale != 1``) the
-    unconditional embedding with the same key mask, as in ``GPT.prefill``. Returns
-    int64 token ids [B, num_tokens] (default: the whole grid, grid**2); uniforms come from ``gen``.
+    unconditional embedding with the same key mask, as in ``GPT.prefill``. ``prefix`` [B, n0]
+    (optional) forces the first n0 tokens, which are fed in one pass; sampling continues after
+    them (prefix completion). Returns int64 token ids [B, num_tokens] (default: the whole grid,
+    grid**2); uniforms come from ``gen``.
     """
     B, N = caption_emb.shape[0], num_tokens or gpt.cfg.grid**2
+    n0 = 0 if prefix is None else prefix.shape[1]
+    if prefix is not None and (prefix.shape[0] != B or n0 > N):
+        raise ValueError(f"prefix must be [{B}, n0 <= {N}], got {tuple(prefix.shape)}")
+    if n0 == N:
+        return prefix.long().cpu()
     rows = sampling.rows
     emb = caption_emb.repeat(rows, 1, 1)
     mask = None if caption_mask is None else caption_mask.repeat(rows, 1)
@@ -34,7 +42,10 @@ def sample_batch(gpt, caption_emb: Tensor, caption_mask: Tensor | None, sampling
     embeds, key_mask = gpt.embed_prefix(emb, mask, drop)
     logits = gpt.prefill_embeds(embeds, key_mask, N).logits  # [rows * B, V]
     tokens = torch.empty(B, N, dtype=torch.long)
-    for pos in range(N):
+    if n0:
+        tokens[:, :n0] = prefix
+        logits = gpt.forward(prefix.repeat(rows, 1), torch.arange(n0))[0][:, -1]
+    for pos in range(n0, N):
         p = probs_from_logits(logits.view(rows, B, -1), sampling)  # [B, V]
         tokens[:, pos] = pick(p, torch.rand(B, generator=gen).to(p.device), sampling.greedy).cpu()
         if pos + 1 < N:
