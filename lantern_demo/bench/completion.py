@@ -69,17 +69,13 @@ def measure(pipe, ds, idx: np.ndarray, prompts: list[str], encoder, rows: list[i
         "real_tokens_decoded": grouped_retrieval(encoder.embed_images(pipe.vq.decode(real).numpy()), text_feats),
         "rows": [],
     }
-    from ..train.self_samples import sample_batch
+    from ..train.self_samples import sample_tokens
 
     for r in rows:
         t0 = time.time()
-        gen = torch.Generator().manual_seed(seed)
         n0 = r * grid
-        toks = torch.cat([
-            sample_batch(gpt, text(cap_ids[i : i + batch]), cap_mask[i : i + batch], sampling, gen,
-                         prefix=real[i : i + batch, :n0] if n0 else None)
-            for i in range(0, len(prompts), batch)
-        ])
+        toks = sample_tokens(gpt, text, cap_ids, cap_mask, sampling, seed=seed, batch=batch, log=lambda m: None,
+                             prefix=real[:, :n0] if n0 else None)
         hits = grouped_retrieval(encoder.embed_images(pipe.vq.decode(toks).numpy()), text_feats)
         rest = toks[:, n0:] == real[:, n0:]
         agree = float(rest.float().mean()) if rest.numel() else 1.0

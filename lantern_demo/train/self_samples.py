@@ -55,12 +55,14 @@ def sample_batch(gpt, caption_emb: Tensor, caption_mask: Tensor | None, sampling
 
 
 def sample_tokens(gpt, text, cap_ids: Tensor, cap_mask: Tensor, sampling: SamplingConfig, seed: int = 0,
-                  batch: int = 64, log=print) -> Tensor:
-    """Samples [M, grid**2] for M tokenised captions (``WordTextEncoder.tokenize``), ``batch`` at a time."""
+                  batch: int = 64, log=print, prefix: Tensor | None = None) -> Tensor:
+    """Samples [M, grid**2] for M tokenised captions (``WordTextEncoder.tokenize``), ``batch`` at a time;
+    ``prefix`` [M, n0] (optional) forces each sample's first n0 tokens (see ``sample_batch``)."""
     gen = torch.Generator().manual_seed(seed)
     out, t0 = [], time.time()
     for i in range(0, len(cap_ids), batch):
         sl = slice(i, i + batch)
-        out.append(sample_batch(gpt, text(cap_ids[sl]), cap_mask[sl], sampling, gen))
+        out.append(sample_batch(gpt, text(cap_ids[sl]), cap_mask[sl], sampling, gen,
+                                prefix=None if prefix is None else prefix[sl]))
         log(f"sampled {min(i + batch, len(cap_ids))}/{len(cap_ids)} images of the target ({time.time() - t0:.0f}s)")
     return torch.cat(out) if out else torch.empty(0, gpt.cfg.grid**2, dtype=torch.long)
