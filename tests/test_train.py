@@ -90,3 +90,20 @@ def test_smoke_retrain_end_to_end(tmp_path):
     r = generate(gpt, drafter, Caption(e.emb[0], e.mask[0]), DecodeConfig(method="sd", draft="chain", gamma=2,
                  sampling=SamplingConfig(cfg_scale=2.0)), 8, seed=0)
     assert r.tokens.shape == (8,)
+
+
+def test_corrupt_inputs_replaces_about_p_with_uniform_codes():
+    from lantern_demo.train.train_gpt import corrupt_inputs
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.full((64, 256), 7)
+    assert corrupt_inputs(tokens, 0.0, 32, g) is tokens
+    out = corrupt_inputs(tokens, 0.25, 32, g)
+    assert out.shape == tokens.shape and tokens.eq(7).all()  # the targets are not touched
+    changed = out != 7
+    # replaced with probability 0.25, and 31 of 32 replacements differ from 7: 0.25 * 31/32 = 0.242
+    assert abs(changed.float().mean().item() - 0.242) < 0.01
+    counts = torch.bincount(out[changed], minlength=32)
+    assert counts[7] == 0 and out.min() >= 0 and out.max() < 32
+    expected = changed.sum() / 31  # uniform over the other codes: about 127 each
+    assert ((counts[counts != 0] - expected).abs() < 5 * expected.sqrt()).all() and (counts != 0).sum() == 31

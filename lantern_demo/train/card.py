@@ -292,7 +292,9 @@ a slower one.
   and still occur at stroke edges and in flat colours.
 - GPT + text encoder: {gpt.get('steps', 'n/a')} AdamW steps of batch {gpt.get('batch', 'n/a')} (lr {gpt.get('lr', 'n/a')}, warm-up + cosine),
   teacher-forced cross-entropy on the VQ tokens, a random phrasing per image per step, caption dropout
-  {cfg.get('class_dropout_p', 'n/a')} (the row uses the GPT's `uncond_embedding`, for classifier-free guidance).
+  {cfg.get('class_dropout_p', 'n/a')} (the row uses the GPT's `uncond_embedding`, for classifier-free guidance),
+  input-token noise {gpt.get('input_noise', 0)} (each input token replaced by a random code with this probability,
+  targets clean: the model must take the emoji's identity from the caption and recover from a wrong token).
 - Drafter: {dr.get('steps', 'n/a')} steps of batch {dr.get('batch', 'n/a')}. {dr.get('method', '')}: the frozen target runs
   teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
   next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with

@@ -30,6 +30,8 @@ class Settings:
     vq_crop_fraction: float = 0.8
     gpt_steps: int = 1800
     gpt_batch: int = 16
+    gpt_input_noise: float = 0.2  # share of the GPT's input tokens replaced by random codes (train_gpt.corrupt_inputs)
+    gpt_content_weight: float = 1.0  # weight of train_gpt.content_loss
     drafter_steps: int = 1200
     drafter_batch: int = 16
     drafter_self_samples: int = 0  # target samples mixed into the drafter's batches (0: data only)

@@ -8,8 +8,21 @@ the *training* captions; unknown words are dropped at inference).
 Training: teacher-forced next-token cross-entropy on VQ tokens of the training
 emojis (``GPT.forward_train``); each step draws one random caption phrasing per
 image; caption dropout 0.15 (the row then uses ``uncond_embedding``) so that
-classifier-free guidance works. AdamW, warm-up + cosine, bfloat16 autocast for
-the matrix products (float32 master weights). Attention is forced onto
+classifier-free guidance works. Input-token noise (``input_noise``): each
+*input* token is replaced by a uniformly random code with that probability,
+the targets stay clean (:func:`corrupt_inputs`). The model can then no longer
+read which emoji it is drawing off the clean image prefix alone and leans on
+the caption, and it learns to continue after a wrong token, as it must when
+sampling. Content loss (``content_weight``, :func:`content_loss`): a linear
+head reads the caption's mean word embedding and is trained to predict which
+codes the image uses; it gives every word embedding a direct gradient from its
+image at every step instead of only through the few tokens where the GPT
+decides which emoji to draw. The head is used in training only.
+Measured on 128 training captions (samples whose own caption the eval encoder
+ranks first among 32): 12 without either, 19 with noise 0.2, 31 with noise
+0.2 and content weight 1 (the model card has the details).
+
+AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32 master weights). Attention is forced onto
 PyTorch's "math" SDPA backend while training: with a caption key mask, the CPU
 flash kernel was about 2x slower per step at these sizes (measured).
 """
@@ -69,6 +82,34 @@ class CaptionBank:
         return self.ids[pick], self.mask[pick]
 
 
+def corrupt_inputs(tokens: torch.Tensor, p: float, vocab_size: int, g: torch.Generator) -> torch.Tensor:
+    """Copy of ``tokens`` [B, N] with each entry replaced, with probability ``p``, by a uniform code in [0, vocab_size).
+
+    Used for the GPT's inputs only; the loss still targets the clean ``tokens``.
+    """
+    if p <= 0:
+        return tokens
+    hit = torch.rand(tokens.shape, generator=g) < p
+    noise = torch.randint(0, vocab_size, tokens.shape, generator=g)
+    return torch.where(hit, noise, tokens)
+
+
+def content_loss(head: torch.nn.Linear, emb: torch.Tensor, mask: torch.Tensor, tokens: torch.Tensor,
+                 background: int) -> torch.Tensor:
+    """Cross-entropy (nats) between ``head(mean word embedding)`` and the image's code histogram.
+
+    emb [B, L, C] caption embeddings, mask [B, L] bool, tokens [B, N] image codes; the
+    ``background`` code is left out of the histogram (it says nothing about the emoji).
+    Rows with no caption word or no foreground code contribute 0. Returns a scalar.
+    """
+    m = mask[..., None].to(torch.float32)
+    pooled = (emb.float() * m).sum(1) / m.sum(1).clamp_min(1)
+    hist = torch.zeros(tokens.shape[0], head.out_features).scatter_add_(1, tokens, torch.ones(tokens.shape))
+    hist[:, background] = 0
+    hist = hist / hist.sum(1, keepdim=True).clamp_min(1)
+    return -(hist * F.log_softmax(head(pooled), dim=-1)).sum(1).mean()
+
+
 def lr_schedule(step: int, steps: int, lr: float, warm: int, floor: float = 0.1) -> float:
     if step < warm:
         return lr * (step + 1) / warm
@@ -115,8 +156,14 @@ def train_gpt(
     log=print,
     config_overrides: dict | None = None,
     eval_batch: int = 64,
+    input_noise: float = 0.0,
+    content_weight: float = 0.0,
 ):
-    """Returns (gpt, text_encoder, metrics)."""
+    """Returns (gpt, text_encoder, metrics).
+
+    ids [N_items, T] image codes; ``input_noise``: see :func:`corrupt_inputs`; ``content_weight``:
+    weight of :func:`content_loss` (the background code is the most frequent training code).
+    """
     from ..gpt import GPT
 
     torch.manual_seed(seed)
@@ -127,12 +174,15 @@ def train_gpt(
     gpt = GPT(cfg)
     bank = CaptionBank(text, captions)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
-    opt = torch.optim.AdamW(_param_groups([gpt, text], wd), lr=lr, betas=(0.9, 0.95))
+    head = torch.nn.Linear(text.dim, vocab_size)  # content loss only, not saved
+    background = int(torch.bincount(ids[tr].flatten(), minlength=vocab_size).argmax())
+    modules = [gpt, text, head] if content_weight else [gpt, text]
+    opt = torch.optim.AdamW(_param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(200, steps // 10))
     t0 = time.time()
     gpt.train()
     text.train()
-    ema = None
+    ema = aux = None
     for step in range(steps):
         for gr in opt.param_groups:
             gr["lr"] = lr_schedule(step, steps, lr, warm)
@@ -140,18 +190,25 @@ def train_gpt(
         cap_ids, cap_mask = bank.sample(items, g)
         drop = torch.rand(batch, generator=g) < cfg.class_dropout_p
         tokens = ids[items]
+        inputs = corrupt_inputs(tokens, input_noise, vocab_size, g)
         with sdpa_kernel(SDPBackend.MATH):
             with precision.autocast():
-                logits, _ = gpt.forward_train(text(cap_ids), tokens, drop, cap_mask)
+                emb = text(cap_ids)
+                logits, _ = gpt.forward_train(emb, inputs, drop, cap_mask)
             loss = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten())
+            total = loss
+            if content_weight:
+                aux = content_loss(head, emb, cap_mask, tokens, background)
+                total = loss + content_weight * aux
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(gpt.parameters()) + list(text.parameters()), 1.0)
+            total.backward()
+        torch.nn.utils.clip_grad_norm_([p for m in modules for p in m.parameters()], 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 100 == 0 or step == steps - 1:
-            log(f"gpt step {step}/{steps} loss {loss.item():.4f} (ema {ema:.4f}) lr {lr_schedule(step, steps, lr, warm):.2e} "
-                f"{time.time() - t0:.0f}s")
+            log(f"gpt step {step}/{steps} loss {loss.item():.4f} (ema {ema:.4f})"
+                + (f" content {aux.item():.4f}" if aux is not None else "")
+                + f" lr {lr_schedule(step, steps, lr, warm):.2e} {time.time() - t0:.0f}s")
     gpt.eval()
     text.eval()
     secs = time.time() - t0
@@ -162,6 +219,8 @@ def train_gpt(
         "steps": steps,
         "batch": batch,
         "lr": lr,
+        "input_noise": input_noise,
+        "content_weight": content_weight,
         "train_seconds": round(secs, 1),
         "params_gpt": sum(p.numel() for p in gpt.parameters()),
         "params_text_encoder": sum(p.numel() for p in text.parameters()),
@@ -169,6 +228,7 @@ def train_gpt(
         "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
                                                    "cls_token_num", "caption_dim", "grid", "class_dropout_p")},
         "final_train_loss_ema": ema,
+        "final_content_loss": None if aux is None else aux.item(),
     }
     if len(he):
         metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
@@ -183,7 +243,8 @@ def stage_gpt(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
 
     gpt, text, m = train_gpt(ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
                              vocab_size=_codebook_size(out),
-                             steps=s.gpt_steps, batch=s.gpt_batch, seed=seed, log=log, eval_batch=s.eval_batch)
+                             steps=s.gpt_steps, batch=s.gpt_batch, seed=seed, log=log, eval_batch=s.eval_batch,
+                             input_noise=s.gpt_input_noise, content_weight=s.gpt_content_weight)
     save_gpt(gpt, out / "target")
     text.save(out / "text_encoder")
     update_metrics(out, "gpt", m)
