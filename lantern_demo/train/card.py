@@ -294,7 +294,9 @@ a slower one.
   teacher-forced cross-entropy on the VQ tokens, a random phrasing per image per step, caption dropout
   {cfg.get('class_dropout_p', 'n/a')} (the row uses the GPT's `uncond_embedding`, for classifier-free guidance),
   input-token noise {gpt.get('input_noise', 0)} (each input token replaced by a random code with this probability,
-  targets clean: the model must take the emoji's identity from the caption and recover from a wrong token).
+  targets clean: the model must take the emoji's identity from the caption and recover from a wrong token),
+  and a content loss of weight {gpt.get('content_weight', 0)} (a linear head on the caption's mean word embedding
+  predicts the image's code histogram; training only, `train_gpt.content_loss`).
 - Drafter: {dr.get('steps', 'n/a')} steps of batch {dr.get('batch', 'n/a')}. {dr.get('method', '')}: the frozen target runs
   teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
   next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with

@@ -18,9 +18,12 @@ head reads the caption's mean word embedding and is trained to predict which
 codes the image uses; it gives every word embedding a direct gradient from its
 image at every step instead of only through the few tokens where the GPT
 decides which emoji to draw. The head is used in training only.
-Measured on 128 training captions (samples whose own caption the eval encoder
-ranks first among 32): 12 without either, 19 with noise 0.2, 31 with noise
-0.2 and content weight 1 (the model card has the details).
+Measured (the model card has the details): the drafter agrees with the
+target more often (0.786 against 0.711) and LANTERN's default went from 1.09x
+to 1.30x over AR; samples on training captions are recognised a little more
+often (of 128, given no real rows: 11 -> 11 and 12 -> 19 on two caption sets;
+given 3 or 5 real rows: 18 -> 27, 34 -> 46); held-out NLL rose from 1.23 to
+1.44 nats (the model leans less on the clean prefix).
 
 AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32 master weights). Attention is forced onto
 PyTorch's "math" SDPA backend while training: with a caption key mask, the CPU
