@@ -107,3 +107,19 @@ def test_corrupt_inputs_replaces_about_p_with_uniform_codes():
     assert counts[7] == 0 and out.min() >= 0 and out.max() < 32
     expected = changed.sum() / 31  # uniform over the other codes: about 127 each
     assert ((counts[counts != 0] - expected).abs() < 5 * expected.sqrt()).all() and (counts != 0).sum() == 31
+
+
+def test_content_loss_is_cross_entropy_to_the_foreground_histogram():
+    from lantern_demo.train.train_gpt import content_loss
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 6)
+    emb = torch.randn(2, 3, 4, requires_grad=True)
+    mask = torch.tensor([[False, True, True], [True, True, True]])
+    tokens = torch.tensor([[0, 0, 2, 3], [5, 5, 5, 0]])  # code 0 is the background
+    loss = content_loss(head, emb, mask, tokens, background=0)
+    logp = torch.log_softmax(head(torch.stack([emb[0, 1:].mean(0), emb[1].mean(0)])), -1)
+    expected = -(0.5 * logp[0, 2] + 0.5 * logp[0, 3] + logp[1, 5]) / 2
+    assert torch.allclose(loss, expected)
+    loss.backward()
+    assert emb.grad[0, 0].abs().sum() == 0 and emb.grad[0, 1].abs().sum() > 0  # padding gets no gradient

@@ -25,9 +25,10 @@ often (of 128, given no real rows: 11 -> 11 and 12 -> 19 on two caption sets;
 given 3 or 5 real rows: 18 -> 27, 34 -> 46); held-out NLL rose from 1.23 to
 1.44 nats (the model leans less on the clean prefix).
 
-AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32 master weights). Attention is forced onto
-PyTorch's "math" SDPA backend while training: with a caption key mask, the CPU
-flash kernel was about 2x slower per step at these sizes (measured).
+AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32
+master weights). Attention is forced onto PyTorch's "math" SDPA backend
+while training: with a caption key mask, the CPU flash kernel was about 2x
+slower per step at these sizes (measured).
 """
 
 from __future__ import annotations
@@ -177,9 +178,11 @@ def train_gpt(
     gpt = GPT(cfg)
     bank = CaptionBank(text, captions)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
-    head = torch.nn.Linear(text.dim, vocab_size)  # content loss only, not saved
-    background = int(torch.bincount(ids[tr].flatten(), minlength=vocab_size).argmax())
-    modules = [gpt, text, head] if content_weight else [gpt, text]
+    modules = [gpt, text]
+    if content_weight:
+        head = torch.nn.Linear(text.dim, vocab_size)  # content loss only, not saved
+        background = int(torch.bincount(ids[tr].flatten(), minlength=vocab_size).argmax())
+        modules.append(head)
     opt = torch.optim.AdamW(_param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(200, steps // 10))
     t0 = time.time()
