@@ -420,7 +420,8 @@ class KVCache:
             raise ValueError(f"keep start {start} outside 0..{L}")
         if n and (int(index.min()) < 0 or int(index.max()) >= L - start):
             raise ValueError(f"keep index out of range 0..{L - start - 1}")
-        if n:
+        # a chain's accepted drafts are already in place (index = 0..n-1): nothing to move
+        if n and not torch.equal(index, torch.arange(n, device=index.device)):
             src = self.prefix + start + index
             lo = self.prefix + start
             for buf in (*self.k, *self.v):

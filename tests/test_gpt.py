@@ -173,6 +173,23 @@ def test_tree_verification_and_keep(rows, L):
         m.keep(C, torch.tensor([0]))
 
 
+def test_keep_chain_prefix_continues_like_a_fresh_run():
+    """keep() of a chain's first drafts (index 0..n-1, moved nothing) then more tokens = a fresh causal run."""
+    cap, toks = _caption(5), _tokens()
+    m = tiny_gpt()
+    m.prefill(cap, 2, 16)
+    m.forward(toks[:6], torch.arange(6))
+    m.keep(2, torch.tensor([0, 1]))
+    assert m.length == 4
+    lg_k, h_k = m.forward(toks[6:8], torch.tensor([4, 5]))
+    fresh = tiny_gpt()
+    fresh.prefill(cap, 2, 16)
+    fresh.forward(toks[:4], torch.arange(4))
+    lg_f, h_f = fresh.forward(toks[6:8], torch.tensor([4, 5]))
+    _close(lg_k, lg_f)
+    _close(h_k, h_f)
+
+
 def test_mask_shape_and_capacity_errors():
     m = tiny_gpt()
     m.prefill(_caption(6), 1, 3)
