@@ -161,7 +161,7 @@ def chain_accept_prob(p: Tensor, q: Tensor, drafts: Tensor, relax: Relaxation | 
     q_x = q.gather(1, drafts[:, None]).squeeze(1)
     relax = active(relax)
     if relax is not None:
-        p_nb = p.gather(1, relax.table[drafts])  # [n, k]
+        p_nb = p.gather(1, relax.table.index_select(0, drafts))  # [n, k]
         p_x = p_x + neighbour_set(p_nb, relax.budget(relax.delta * q_x, p_x))[1]
     return torch.clamp(p_x / q_x, max=1.0)
 
@@ -176,12 +176,15 @@ def chain_alpha(p: Tensor, q: Tensor, relax: Relaxation | None) -> Tensor:
     relax = active(relax)
     if relax is None:
         return alpha
-    rows, ys = torch.nonzero(q > p, as_tuple=True)
-    p_y, q_y = p[rows, ys], q[rows, ys]
-    p_nb = p[rows[:, None], relax.table[ys]]  # [M, k]
+    # flat indices into [n * V] (index_select / take: much cheaper than advanced indexing on a CPU)
+    V = p.shape[-1]
+    p_flat, q_flat = p.reshape(-1), q.reshape(-1)
+    flat = torch.nonzero(q_flat > p_flat).squeeze(1)  # [M]
+    ys = flat % V
+    p_y, q_y = p_flat.index_select(0, flat), q_flat.index_select(0, flat)
+    p_nb = p_flat.take((flat - ys)[:, None] + relax.table.index_select(0, ys))  # [M, k]
     e = neighbour_set(p_nb, relax.budget(relax.delta * q_y, p_y))[1]
-    alpha[rows, ys] = torch.minimum(q_y, p_y + e)
-    return alpha
+    return alpha.reshape(-1).index_copy(0, flat, torch.minimum(q_y, p_y + e)).view_as(alpha)
 
 
 def chain_residual(p: Tensor, q: Tensor, relax: Relaxation | None) -> tuple[Tensor, Tensor]:

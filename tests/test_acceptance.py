@@ -154,6 +154,23 @@ def test_relaxed_chain_within_delta_and_reports_its_tvd(lam):
     assert grew > 10  # the relaxation is not vacuous on these cases
 
 
+def test_chain_rules_on_many_positions_match_one_at_a_time():
+    """The engine verifies a whole chain at once ([n, V]); every row must get its own row's result."""
+    for seed, _, _, nb, k, delta in list(cases())[:20]:
+        n = 5
+        p = torch.stack([dirichlet(seed * 10 + i, zeros=i % 3) for i in range(n)])
+        q = torch.stack([dirichlet(seed * 10 + i + 500) for i in range(n)])
+        drafts = torch.multinomial(q, 1, generator=torch.Generator().manual_seed(seed)).squeeze(1)
+        relax = Relaxation(nb, k, delta)
+        a = chain_accept_prob(p, q, drafts, relax)
+        residual, t = chain_residual(p, q, relax)
+        for i in range(n):
+            a_i = chain_accept_prob(p[i:i + 1], q[i:i + 1], drafts[i:i + 1], relax)
+            r_i, t_i = chain_residual(p[i:i + 1], q[i:i + 1], relax)
+            assert torch.allclose(a[i:i + 1], a_i), (seed, i)
+            assert torch.allclose(residual[i:i + 1], r_i) and torch.allclose(t[i:i + 1], t_i), (seed, i)
+
+
 def test_point_mass_chain_gets_full_budget():
     p = torch.tensor([0.1, 0.3, 0.6, 0.0])
     q = torch.tensor([1.0, 0.0, 0.0, 0.0])
