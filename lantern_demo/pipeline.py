@@ -49,7 +49,7 @@ MAX_PROMPT_CHARS = 2000
 #: measurement on 2 CPU cores (assets/emoji/README.md, docs/benchmarks.md).
 EMOJI_SETTINGS: dict[str, float | int | str] = {
     "cfg_scale": 2.0, "temperature": 1.0, "top_k": 64,
-    "draft": "chain", "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 64,
+    "draft": "chain", "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 128,
 }
 
 register_preset(Preset(
