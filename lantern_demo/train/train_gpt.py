@@ -6,8 +6,8 @@ tokens) fed by ``lantern_demo.text.WordTextEncoder`` (vocabulary = the words of
 the *training* captions; unknown words are dropped at inference). Six layers, not four: on a CPU a
 pass costs mostly per-layer operator overhead, so the one-layer drafter is cheap only next to a
 deeper target. Measured against 4 layers (same data, steps and drafter recipe; the model card has
-the details): LANTERN's default went from about 1.3x to 1.5x over AR, held-out NLL from 1.44 to 1.35
-nats, while AR got about 1.5x slower per image.
+the details): LANTERN's default went from 1.30x to 1.48x over AR (1.63x with the app's k 128),
+held-out NLL from 1.44 to 1.35 nats, while AR got about 1.6x slower per image.
 
 Training: teacher-forced next-token cross-entropy on VQ tokens of the training
 emojis (``GPT.forward_train``); each step draws one random caption phrasing per
