@@ -236,6 +236,7 @@ def config_from_hf(conf: dict[str, Any]) -> GPTConfig:
             rope_base=float(conf.get("rope_base", conf.get("rope_theta", 10000.0))),
             norm_eps=float(conf.get("rms_norm_eps", conf.get("norm_eps", 1e-5))),
             class_dropout_p=float(conf.get("class_dropout_p", 0.1)),
+            prefix_rope=str(conf.get("prefix_rope", "zero")),
         )
     except KeyError as e:
         raise CheckpointError(f"config.json lacks field {e.args[0]!r}") from None
@@ -261,6 +262,7 @@ def config_to_hf(cfg: GPTConfig) -> dict[str, Any]:
         "caption_dim": cfg.caption_dim,
         "input_type": "t2i",
         "class_dropout_p": cfg.class_dropout_p,
+        "prefix_rope": cfg.prefix_rope,
         "attention_bias": False,
         "tie_word_embeddings": False,
     }

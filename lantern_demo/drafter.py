@@ -36,6 +36,7 @@ from .gpt import (
     GPTConfig,
     KVCache,
     prepare_caption,
+    prefix_rope,
     rope_for_positions,
     train_attention_mask,
 )
@@ -113,7 +114,7 @@ class Drafter(nn.Module):
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P - 1, max_tokens,
                              self.dtype, self.device, key_mask)
         x = self._entries(prefix.embeds[:, 1:].to(self.device), prefix.hidden[:, :-1].to(self.device))
-        rope = torch.zeros(P - 1, cfg.head_dim // 2, 2, device=self.device)
+        rope = prefix_rope(cfg, P - 1, self.device)
         attn_mask = self.cache.prefix_mask()
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, attn_mask, kv=self.cache.layer(i), offset=0)

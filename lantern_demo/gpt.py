@@ -15,7 +15,9 @@ Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``)
   (adjacent elements ``(2m, 2m+1)``, not the "rotate_half" layout) the first
   half rotate with the image row ``i // grid`` and the second half with the
   column ``i % grid``; prefix positions get ``cos = sin = 0`` (their q and k are
-  zero), which is what the released weights were trained with. Positions
+  zero), which is what the released weights were trained with
+  (``GPTConfig.prefix_rope = "zero"``; our own small models may use ``"identity"``,
+  see :func:`prefix_rope`). Positions
   ``>= grid * grid`` (speculative overshoot) also get zeros, as in the LANTERN
   release's padded table.
 
@@ -74,6 +76,7 @@ __all__ = [
     "CaptionEmbedder",
     "KVCache",
     "rope_table",
+    "prefix_rope",
     "rope_for_positions",
     "apply_rope",
     "prepare_caption",
@@ -83,6 +86,8 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- config
+
+PREFIX_ROPE = ("zero", "identity")
 
 
 @dataclass
@@ -99,6 +104,7 @@ class GPTConfig:
     norm_eps: float = 1e-5
     class_dropout_p: float = 0.1  # caption dropout used by training code
     init_std: float = 0.02  # weight init for training from scratch
+    prefix_rope: str = "zero"  # rotary table of the prefix entries: "zero" (LlamaGen) or "identity"
 
     def __post_init__(self) -> None:
         if self.dim % self.n_head:
@@ -107,6 +113,8 @@ class GPTConfig:
             raise ValueError(f"head_dim {self.head_dim} must be divisible by 4 for 2D RoPE")
         if self.cls_token_num < 1:
             raise ValueError("cls_token_num must be >= 1")
+        if self.prefix_rope not in PREFIX_ROPE:
+            raise ValueError(f"prefix_rope must be one of {PREFIX_ROPE}, got {self.prefix_rope!r}")
 
     @property
     def head_dim(self) -> int:
@@ -237,7 +245,20 @@ def rope_for_positions(cfg: GPTConfig, positions: Tensor, n_prefix: int = 0) -> 
     valid = (positions >= 0) & (positions < n)
     r = table[positions.clamp(0, n - 1)] * valid[:, None, None]
     if n_prefix:
-        r = torch.cat([r.new_zeros(n_prefix, *r.shape[1:]), r], dim=0)
+        r = torch.cat([prefix_rope(cfg, n_prefix, r.device), r], dim=0)
+    return r
+
+
+def prefix_rope(cfg: GPTConfig, n: int, device: torch.device | str) -> Tensor:
+    """float32 [n, head_dim/2, 2] rotary table of ``n`` prefix entries (see ``GPTConfig.prefix_rope``).
+
+    "zero" (LlamaGen): cos = sin = 0, so prefix queries and keys are zero and every query gives
+    every valid prefix key the attention logit 0. "identity": cos = 1, sin = 0, so prefix keys
+    keep their content and image queries can attend to individual caption tokens.
+    """
+    r = torch.zeros(n, cfg.head_dim // 2, 2, device=device)
+    if cfg.prefix_rope == "identity":
+        r[..., 0] = 1.0
     return r
 
 
@@ -501,7 +522,7 @@ class GPT(nn.Module):
             raise ValueError(f"prefix embeddings must be [R, {P}, {cfg.dim}], got {tuple(embeds.shape)}")
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P, max_tokens,
                              self.dtype, self.device, key_mask)
-        rope = torch.zeros(P, cfg.head_dim // 2, 2, device=self.device)
+        rope = prefix_rope(cfg, P, self.device)
         attn_mask = self.cache.prefix_mask()
         h = embeds
         for i, layer in enumerate(self.layers):

@@ -77,6 +77,11 @@ def test_original_and_hf_files_give_identical_logits(tmp_path):
     # native layout also accepted
     save_gpt(m, tmp_path / "native", layout="native")
     _same(m, load_gpt(tmp_path / "native"))
+    # a non-LlamaGen prefix rotary table survives the round trip (older files default to "zero")
+    ident = tiny_gpt(prefix_rope="identity")
+    assert conf["prefix_rope"] == "zero" and load_gpt(save_gpt(ident, tmp_path / "ident")).cfg == ident.cfg
+    del conf["prefix_rope"]
+    assert config_from_hf(conf).prefix_rope == "zero"
 
 
 def test_hf_bin_and_sharded_safetensors(tmp_path):

@@ -30,9 +30,10 @@ def _close(a, b, atol=ATOL):
     torch.testing.assert_close(a.float(), b.float(), atol=atol, rtol=1e-4)
 
 
+@pytest.mark.parametrize("prefix_rope", ["zero", "identity"])
 @pytest.mark.parametrize("L", [6, 3])  # full caption, and a left-padded (masked) one
-def test_prefill_incremental_matches_forward_train(L):
-    m = tiny_gpt()
+def test_prefill_incremental_matches_forward_train(L, prefix_rope):
+    m = tiny_gpt(prefix_rope=prefix_rope)
     cap, toks = _caption(L), _tokens()
     logits, hidden = _train(m, cap, toks)
     P = m.cfg.cls_token_num
@@ -112,6 +113,21 @@ def test_rope_layout_and_prefix_zero():
     _close(y[0, 0, 0, 1::2], x[0, 0, 0, 1::2] * c + x[0, 0, 0, 0::2] * s)
     assert torch.all(apply_rope(x.expand(1, P, 1, hd), r[:P]) == 0)
     assert rope_table(g, hd).shape == (g * g, hd // 2, 2)
+
+
+def test_prefix_rope_identity_keeps_caption_keys():
+    zero, ident = tiny_gpt(), tiny_gpt(prefix_rope="identity")
+    P, hd = ident.cfg.cls_token_num, ident.cfg.head_dim
+    r = rope_for_positions(ident.cfg, torch.tensor([0, 1]), n_prefix=P)
+    assert torch.all(r[:P, :, 0] == 1) and torch.all(r[:P, :, 1] == 0)
+    _close(r[P:], rope_for_positions(zero.cfg, torch.tensor([0, 1])))  # image positions unchanged
+    x = torch.randn(1, P, 1, hd)
+    assert torch.equal(apply_rope(x, r[:P]), x)
+    # same weights, different prefix table: the caption now reaches the image tokens differently
+    cap, toks = _caption(6), _tokens()
+    assert not torch.allclose(_train(zero, cap, toks)[0], _train(ident, cap, toks)[0], atol=1e-3)
+    with pytest.raises(ValueError, match="prefix_rope"):
+        tiny_gpt(prefix_rope="rotate")
 
 
 def _tree():
@@ -228,9 +244,9 @@ def test_forward_train_grad_and_shapes():
 # ----------------------------------------------------------------------------- drafter
 
 
-@pytest.mark.parametrize("rows,L", [(1, 6), (2, 3)])
-def test_drafter_incremental_matches_forward_train(rows, L):
-    m = tiny_gpt()
+@pytest.mark.parametrize("rows,L,prefix_rope", [(1, 6, "zero"), (2, 3, "zero"), (2, 3, "identity")])
+def test_drafter_incremental_matches_forward_train(rows, L, prefix_rope):
+    m = tiny_gpt(prefix_rope=prefix_rope)
     d = tiny_drafter(m)
     cap, toks = _caption(L), _tokens()
     P = m.cfg.cls_token_num
