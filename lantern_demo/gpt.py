@@ -235,7 +235,7 @@ def rope_table(grid: int, head_dim: int, base: float = 10000.0, device: torch.de
 
 
 def rope_for_positions(cfg: GPTConfig, positions: Tensor, n_prefix: int = 0) -> Tensor:
-    """float32 [n_prefix + T, head_dim/2, 2]: zeros for ``n_prefix`` prefix entries, then image positions.
+    """float32 [n_prefix + T, head_dim/2, 2]: :func:`prefix_rope` for ``n_prefix`` prefix entries, then image positions.
 
     Positions outside ``0 .. grid*grid-1`` get zeros (no error).
     """
