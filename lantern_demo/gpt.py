@@ -16,8 +16,8 @@ Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``)
   half rotate with the image row ``i // grid`` and the second half with the
   column ``i % grid``; prefix positions get ``cos = sin = 0`` (their q and k are
   zero), which is what the released weights were trained with
-  (``GPTConfig.prefix_rope = "zero"``; our own small models may use ``"identity"``,
-  see :func:`prefix_rope`). Positions
+  (``GPTConfig.prefix_rope = "zero"``, also what the shipped emoji weights use;
+  ``"identity"`` is a tested training option, see :func:`prefix_rope`). Positions
   ``>= grid * grid`` (speculative overshoot) also get zeros, as in the LANTERN
   release's padded table.
 
