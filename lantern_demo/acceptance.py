@@ -223,3 +223,30 @@ def greedy_accepts(p: Tensor, cands: Tensor, relax: Relaxation | None) -> tuple[
     relaxed = p_x + moved
     ok = (relaxed > best) | ((relaxed == best) & (cands < arg))
     return ok, moved * ok
+
+
+# ----------------------------------------------------------------------------- a whole chain
+
+
+def verify_chain(p: Tensor, q: Tensor, drafts: Tensor, relax: Relaxation | None, greedy: bool,
+                 u: Tensor | None) -> tuple[int, int, list[float]]:
+    """Walk a chain of drafts with rule 2 (sampled) or rule 3 (greedy).
+
+    p: [L+1, V] target distributions at the L draft positions and the one after;
+    q: [L, V] the distributions the drafts were drawn from; drafts: [L];
+    u: [L+1] uniforms (sampled only: L acceptance tests, then the token's draw).
+    Returns (accepted drafts n, the correction at position n or the bonus token
+    when n == L, moved mass per decided position: n + 1 values).
+    """
+    L = drafts.shape[0]
+    if greedy:
+        ok, moved = greedy_accepts(p[:L], drafts, relax)
+        n_acc = int(torch.cumprod(ok.long(), 0).sum())
+        return n_acc, int(p[n_acc].argmax()), moved[:n_acc].tolist() + [0.0]
+    assert u is not None
+    ok = u[:L] < chain_accept_prob(p[:L], q, drafts, relax)
+    n_acc = int(torch.cumprod(ok.long(), 0).sum())
+    decided = min(n_acc + 1, L)
+    residual, tvd = chain_residual(p[:decided], q[:decided], relax)
+    token = int(draw(residual[n_acc] if n_acc < L else p[L], u[L]))
+    return n_acc, token, tvd.tolist() + ([0.0] if n_acc == L else [])

@@ -1,4 +1,4 @@
-"""The decoding engine: AR, speculative chains, EAGLE-2 trees, LANTERN, LANTERN++.
+"""The decoding engine: AR, speculative chains, EAGLE-2 trees, LANTERN, LANTERN++, SJD.
 
 ``decode`` drives a ``Target`` and (for speculative methods) a ``Drafter``
 (see ``protocol.py``) and yields one ``Step`` per target forward pass; the
@@ -16,10 +16,18 @@ One speculative step, with ``n`` committed tokens whose last one (the
 4. acceptance (``acceptance.py``) walks the drafts; the first rejection yields a
    correction token, a fully accepted path a bonus token;
 5. both KV caches keep only the accepted path.
+
+Speculative Jacobi decoding (``sjd``, ``sjd+lantern``) needs no drafter: the
+drafts are a window of ``window`` tokens kept from pass to pass (``jacobi.py``).
+One SJD step verifies pending token + window in one causal target pass with the
+chain rule, commits the accepted drafts and the correction (or bonus) token, and
+turns the target distributions it computed past the rejection into the next
+window's drafts; fresh drafts pad the window back to its length.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -27,14 +35,18 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from .acceptance import Relaxation, accept_at_node, active, chain_accept_prob, chain_residual, greedy_accepts
+from . import jacobi
+from .acceptance import Relaxation, accept_at_node, active, greedy_accepts, verify_chain
 from .protocol import Drafter, Target
 from .sampling import SamplingConfig, draw, pick, probs_from_logits
 from .trees import Tree, ancestor_mask, static_tree, validate_shape
 
-METHODS = ("ar", "sd", "eagle", "lantern", "lantern++")
-DRAFTS = ("chain", "tree", "static")
-_DEFAULT_DRAFT = {"sd": "chain", "eagle": "tree", "lantern": "tree", "lantern++": "static"}
+METHODS = ("ar", "sd", "eagle", "lantern", "lantern++", "sjd", "sjd+lantern")
+DRAFTER_FREE = ("ar", "sjd", "sjd+lantern")
+RELAXED = ("lantern", "lantern++", "sjd+lantern")
+DRAFTS = ("chain", "tree", "static", "window")
+_DEFAULT_DRAFT = {"sd": "chain", "eagle": "tree", "lantern": "tree", "lantern++": "static",
+                  "sjd": "window", "sjd+lantern": "window"}
 
 
 @dataclass(frozen=True)
@@ -42,8 +54,11 @@ class DecodeConfig:
     """A decoding method and its parameters.
 
     method: "ar" | "sd" (exact, chain) | "eagle" (exact, dynamic tree) |
-        "lantern" (relaxed, delta and k) | "lantern++" (relaxed, lam and k; static tree).
-    draft: "chain" | "tree" (EAGLE-2 dynamic) | "static" (LANTERN++); None = the method's default.
+        "lantern" (relaxed, delta and k) | "lantern++" (relaxed, lam and k; static tree) |
+        "sjd" (exact speculative Jacobi decoding, no drafter) | "sjd+lantern" (SJD with
+        LANTERN's relaxed acceptance, delta and k).
+    draft: "chain" | "tree" (EAGLE-2 dynamic) | "static" (LANTERN++) | "window" (the SJD
+        methods' only shape); None = the method's default.
     gamma: chain length (the most drafts per step).
     min_confidence: chain drafting stops early once the product of the drafted tokens'
         draft probabilities (EAGLE-2's path confidence, an estimate of the chance that
@@ -54,6 +69,10 @@ class DecodeConfig:
     static_shape: explicit static tree as paths of child ranks (None = ``static_tree(...)``).
     delta, k, lam: the relaxation (``acceptance.Relaxation``); lam only for lantern++,
         where delta caps the per-position TVD as well (1 = no cap).
+    window: SJD's draft window L (drafts verified per pass). init: how SJD starts a
+        fresh draft ("random", "left" or "vertical", see ``jacobi.init_drafts``).
+    coupled: SJD redrafts coupled with the previous drafts (SCD / MC-SJD's maximal
+        coupling) instead of drawn independently; both exact.
     """
 
     method: str = "lantern"
@@ -67,6 +86,9 @@ class DecodeConfig:
     delta: float = 0.2
     k: int = 100
     lam: float = 2.0
+    window: int = 16
+    init: str = "vertical"
+    coupled: bool = False
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     @property
@@ -78,7 +100,18 @@ class DecodeConfig:
 
     @property
     def relaxed(self) -> bool:
-        return self.method in ("lantern", "lantern++")
+        return self.method in RELAXED
+
+    @property
+    def needs_drafter(self) -> bool:
+        return self.method not in DRAFTER_FREE
+
+    @property
+    def width(self) -> int:
+        """Tokens one target pass verifies, the pending token included."""
+        shape = self.shape
+        sizes = {None: 0, "chain": self.gamma, "window": self.window}
+        return 1 + sizes.get(shape, self.total_tokens)
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for any out-of-range parameter."""
@@ -86,11 +119,17 @@ class DecodeConfig:
             raise ValueError(f"unknown method {self.method!r}; choose one of {METHODS}")
         if self.draft is not None and self.draft not in DRAFTS:
             raise ValueError(f"unknown draft shape {self.draft!r}; choose one of {DRAFTS}")
+        if self.method != "ar" and self.draft is not None and (self.draft == "window") == self.needs_drafter:
+            raise ValueError(f"method {self.method!r} cannot use draft shape {self.draft!r}: "
+                             "the SJD methods draft a window, the others a chain or tree")
+        if self.init not in jacobi.INITS:
+            raise ValueError(f"unknown draft initialisation {self.init!r}; choose one of {jacobi.INITS}")
         checks = [
             ("gamma", self.gamma, 1, 64),
             ("depth", self.depth, 1, 32),
             ("top_k", self.top_k, 1, 64),
             ("total_tokens", self.total_tokens, 2, 1024),
+            ("window", self.window, 1, 128),
         ]
         for name, value, lo, hi in checks:
             if not lo <= value <= hi:
@@ -123,8 +162,9 @@ class Step:
     """One target forward pass and the tokens it committed.
 
     start: position of the first committed token; tokens: committed ids.
-    source: per committed token, the draft depth it was accepted at (>= 1), or 0
-        when the target sampled it (correction, bonus, AR, or the prefill's token).
+    source: per committed token, the draft depth it was accepted at (>= 1; for SJD
+        its place in the window), or 0 when the target sampled it (correction, bonus,
+        AR, or the prefill's token).
     drafted: draft tokens proposed this step. tvd: per committed token, the mass
         the relaxation moved at that position (0 for exact methods).
     draft_time, target_time, accept_time: seconds spent in the drafter, the target
@@ -180,23 +220,24 @@ def decode(
     num_tokens: int,
     seed: int = 0,
     neighbors: Tensor | None = None,
+    row_length: int | None = None,
 ) -> Iterator[Step]:
     """Generate ``num_tokens`` image tokens, yielding a ``Step`` per target pass.
 
     cond: the model's condition (see ``Target.prefill``). neighbors: [V, K]
-    codebook neighbour table, needed by the relaxed methods. Randomness comes
-    only from a CPU ``torch.Generator`` seeded with ``seed``: the same inputs
-    give the same tokens on the same device.
+    codebook neighbour table, needed by the relaxed methods. row_length: image
+    tokens per row, for SJD's vertical draft initialisation (default: the side of
+    a square image). Randomness comes only from a CPU ``torch.Generator`` seeded
+    with ``seed``: the same inputs give the same tokens on the same device.
     """
     config.validate()
-    if config.method != "ar" and drafter is None:
+    if config.needs_drafter and drafter is None:
         raise ValueError(f"method {config.method!r} needs a drafter")
     relax = active(config.relaxation(neighbors))
     cfg = config.sampling
     gen = torch.Generator().manual_seed(int(seed))
     shape = config.shape
-    width = 1 + (config.gamma if shape == "chain" else config.total_tokens if shape else 0)
-    max_tokens = num_tokens + width + 1
+    max_tokens = num_tokens + config.width + 1
 
     clock = _Clock()
     t_start = clock.start
@@ -210,6 +251,10 @@ def decode(
 
     if shape is None:
         yield from _decode_ar(target, token, config, num_tokens, gen, device, clock)
+        return
+    if shape == "window":
+        row = row_length or math.isqrt(num_tokens)
+        yield from _decode_sjd(target, token, config, relax, num_tokens, row, gen, device, clock)
         return
     assert drafter is not None
     t0 = time.perf_counter()
@@ -251,6 +296,65 @@ def _decode_ar(
         t1 = _clock(device)
         yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], 0.0, t1 - t0, 0.0, clock.elapsed()))
         clock.release()
+
+
+def _decode_sjd(
+    target: Target, token: int, config: DecodeConfig, relax: Relaxation | None, num_tokens: int, row_length: int,
+    gen: torch.Generator, device: torch.device, clock: "_Clock",
+) -> Iterator[Step]:
+    """Speculative Jacobi decoding after the prefill's token 0 (see the module docstring).
+
+    ``seq`` holds the committed tokens followed by the window's drafts; ``q`` [w, V]
+    the distribution each draft was drawn from.
+    """
+    cfg = config.sampling
+    V = target.vocab_size
+    seq = torch.full((num_tokens,), -1, dtype=torch.long, device=device)
+    seq[0] = token
+    drafts = torch.zeros(0, dtype=torch.long, device=device)
+    q = torch.zeros(0, V, device=device)
+    committed, index = 1, 1
+    while committed < num_tokens:
+        t0 = time.perf_counter()
+        w = min(config.window, num_tokens - committed)
+        drafts, q = drafts[:w], q[:w]
+        if drafts.shape[0] < w:  # pad the window with fresh drafts
+            need = w - drafts.shape[0]
+            fresh, q_fresh = jacobi.init_drafts(seq, committed + drafts.shape[0], need, config.init, V, row_length,
+                                                torch.rand(need, generator=gen))
+            drafts, q = torch.cat([drafts, fresh]), torch.cat([q, q_fresh])
+            seq[committed:committed + w] = drafts
+        t1 = _clock(device)
+
+        tokens = torch.cat([seq[committed - 1:committed], drafts])
+        logits, _ = target.forward(tokens, torch.arange(committed - 1, committed + w, device=device))
+        p = probs_from_logits(logits, cfg)  # [w + 1, V]: position committed + i
+        t2 = _clock(device)
+
+        u = None if cfg.greedy else torch.rand(w + 1, generator=gen).to(device)
+        n_acc, last, tvd = verify_chain(p, q, drafts, relax, cfg.greedy, u)
+        out = drafts[:n_acc].tolist()
+        if committed + n_acc < num_tokens:
+            out.append(last)
+        target.keep(committed - 1, torch.arange(n_acc + 1, device=device))
+        seq[committed:committed + len(out)] = torch.tensor(out, device=device)
+        t3 = _clock(device)
+
+        # the distributions past the rejection become the next window's drafts
+        stale = p[n_acc + 1:]
+        u = torch.rand(stale.shape[0], generator=gen).to(device)
+        drafts = jacobi.redraft(stale, drafts[n_acc + 1:], q[n_acc + 1:], config.coupled, cfg.greedy, u)
+        q = stale
+        start = committed + len(out)
+        kept = min(drafts.shape[0], num_tokens - start)
+        seq[start:start + kept] = drafts[:kept]
+        t4 = _clock(device)
+        source = list(range(1, n_acc + 1)) + [0] * (len(out) - n_acc)
+        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], (t1 - t0) + (t4 - t3),
+                              t2 - t1, t3 - t2, clock.elapsed()))
+        clock.release()
+        committed += len(out)
+        index += 1
 
 
 def _static_shape(config: DecodeConfig) -> tuple[tuple[int, ...], ...]:
@@ -479,22 +583,10 @@ class _SpecState:
         Returns (path: verify-call indices of root + accepted drafts, the correction or
         bonus token, source depths of the accepted drafts, moved mass per decided position).
         """
-        L = drafts.shape[0]
-        if self.config.sampling.greedy:
-            ok, moved = greedy_accepts(p[:L], drafts, self.relax)
-            n_acc = int(torch.cumprod(ok.long(), 0).sum())
-            token = int(p[n_acc].argmax())
-            tvd = moved[:n_acc].tolist() + [0.0]
-        else:
-            u = self._rand(L + 1).to(self.device)
-            ok = u[:L] < chain_accept_prob(p[:L], q, drafts, self.relax)
-            n_acc = int(torch.cumprod(ok.long(), 0).sum())
-            decided = min(n_acc + 1, L)
-            residual, tvd_t = chain_residual(p[:decided], q[:decided], self.relax)
-            tvd = tvd_t.tolist() + ([0.0] if n_acc == L else [])
-            token = int(draw(residual[n_acc] if n_acc < L else p[L], u[L]))
-        path = list(range(n_acc + 1))
-        return path, token, list(range(1, n_acc + 1)), tvd
+        greedy = self.config.sampling.greedy
+        u = None if greedy else self._rand(drafts.shape[0] + 1).to(self.device)
+        n_acc, token, tvd = verify_chain(p, q, drafts, self.relax, greedy, u)
+        return list(range(n_acc + 1)), token, list(range(1, n_acc + 1)), tvd
 
     def _accept_tree(self, p: Tensor, tree: Tree):
         """Rules 1 (sampled) or 3 (greedy) walked from the root. p: [M+1, V]."""
@@ -547,9 +639,10 @@ def generate(
     num_tokens: int,
     seed: int = 0,
     neighbors: Tensor | None = None,
+    row_length: int | None = None,
 ) -> Result:
     """Run ``decode`` to the end and summarise it."""
-    steps = list(decode(target, drafter, cond, config, num_tokens, seed, neighbors))
+    steps = list(decode(target, drafter, cond, config, num_tokens, seed, neighbors, row_length))
     tokens = torch.tensor([t for s in steps for t in s.tokens])
     return Result(tokens, steps, config, summarize(steps))
 

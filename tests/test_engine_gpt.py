@@ -3,7 +3,8 @@
 Greedy speculative decoding must reproduce greedy AR token for token: this runs
 the real KV cache (``keep`` after chains and trees) and real tree attention masks.
 The drafter is built to know the target's "bigram" part so that many drafts are
-accepted but not all (see ``lantern_demo.bench_engine.tiny_random_pair``).
+accepted but not all (see ``lantern_demo.bench_engine.tiny_random_pair``); the
+same bigram part lets SJD's redrafts be right (its greedy output must equal AR too).
 """
 
 from dataclasses import replace
@@ -23,6 +24,8 @@ CONFIGS = [
     DecodeConfig("lantern", depth=4, top_k=4, total_tokens=16, delta=0.0, k=8),
     DecodeConfig("lantern", draft="chain", gamma=5, delta=0.0, k=8),
     DecodeConfig("lantern++", depth=4, top_k=3, total_tokens=12, lam=1.0, k=8),
+    DecodeConfig("sjd", window=8, init="vertical"),
+    DecodeConfig("sjd+lantern", window=8, init="left", coupled=True, delta=0.0, k=8),
 ]
 
 
@@ -37,7 +40,8 @@ def test_greedy_equals_ar_on_gpt(models, config):
     target, drafter, cond, nb = models
     n = target.cfg.grid**2
     ar = generate(target, None, cond, DecodeConfig("ar", sampling=GREEDY), n)
-    res = generate(target, drafter, cond, replace(config, sampling=GREEDY), n, neighbors=nb)
+    res = generate(target, drafter if config.needs_drafter else None, cond, replace(config, sampling=GREEDY), n,
+                   neighbors=nb)
     assert res.tokens.tolist() == ar.tokens.tolist()
     assert 0 < res.stats["accepted_drafts"] < n - 1  # drafts accepted and rejected: rollback exercised
     assert res.stats["nfe"] < ar.stats["nfe"]

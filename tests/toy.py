@@ -2,7 +2,8 @@
 
 The next-token logits of a ``ToyModel`` are a fixed pseudo-random function of
 (seed, condition, row, token history), so exact sequence distributions can be
-enumerated. The KV "cache" stores the token entries; the history of a new token
+enumerated; with ``order`` set, only the last ``order`` tokens of the history
+count (a Markov chain, where Jacobi redrafts can be right). The KV "cache" stores the token entries; the history of a new token
 is read from the entries its mask row lets it see, so tree masks and
 ``keep`` are exercised exactly as a real model would need them.
 """
@@ -16,8 +17,10 @@ from lantern_demo.protocol import Prefix
 
 
 class ToyModel:
-    def __init__(self, vocab: int, seed: int, scale: float = 1.5, base: "ToyModel | None" = None, noise: float = 1.0):
+    def __init__(self, vocab: int, seed: int, scale: float = 1.5, base: "ToyModel | None" = None, noise: float = 1.0,
+                 order: int | None = None):
         self.vocab_size = vocab
+        self.order = order
         self.seed = seed
         self.scale = scale
         self.base = base  # a drafter: base's logits + noise
@@ -33,6 +36,8 @@ class ToyModel:
 
     def conditional(self, cond: int, row: int, history: tuple[int, ...]) -> Tensor:
         """Logits [V] of the token after ``history``."""
+        if self.order is not None:
+            history = history[len(history) - self.order:] if len(history) > self.order else history
         g = torch.Generator().manual_seed(hash((self.seed, cond, row, history)) % (2**31))
         logits = torch.randn(self.vocab_size, generator=g) * self.scale
         if self.base is not None:
