@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 
 __all__ = [
     "Component",
+    "OPTIONAL_COMPONENTS",
     "PRESETS",
     "Preset",
     "WeightsUnavailable",
@@ -232,6 +233,8 @@ class Component:
 
 
 COMPONENT_NAMES = ("target", "drafter", "vq", "text_encoder")
+#: Components a preset can run without: no drafter means only the drafter-free methods (AR, SJD).
+OPTIONAL_COMPONENTS = ("drafter",)
 _COMPONENT_TITLES = {
     "target": "target model",
     "drafter": "drafter",
@@ -301,10 +304,15 @@ class Preset:
         """Fetch every component; the first failure raises :class:`WeightsUnavailable`."""
         return {n: self.fetch(n, **kw) for n in self.component_names()}
 
-    def missing(self, **kw) -> list[WeightsUnavailable]:
-        """Components not available locally, as exceptions (never downloads)."""
+    def missing(self, optional: bool = True, **kw) -> list[WeightsUnavailable]:
+        """Components not available locally, as exceptions (never downloads).
+
+        optional: also report the ``OPTIONAL_COMPONENTS`` (those a preset runs without).
+        """
         out = []
         for n in self.component_names():
+            if not optional and n in OPTIONAL_COMPONENTS:
+                continue
             try:
                 self.fetch(n, **({**kw, "local_files_only": True} if self.local_dir is None else {}))
             except WeightsUnavailable as e:

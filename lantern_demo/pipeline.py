@@ -14,6 +14,10 @@ Presets (see ``lantern_demo.hub`` for the Hub ones):
 - ``llamagen-t2i`` / ``llamagen-t2i-512``: LlamaGen T2I XL with LANTERN's
   drafter, downloaded through ``huggingface_hub``; GPU only.
 
+The drafter is optional (``hub.OPTIONAL_COMPONENTS``): without its weights a
+pipeline still runs AR and the drafter-free SJD methods, and ``drafter_missing``
+says why the drafter-based ones are unavailable.
+
 Embedded layout (``assets/emoji``): ``target/`` and ``drafter/`` (config.json +
 model.safetensors, ``checkpoints.save_gpt`` / ``save_drafter``), ``vq/``
 (``VQModel.save_pretrained``), ``text_encoder/`` (``WordTextEncoder.save``).
@@ -34,7 +38,7 @@ from torch import Tensor
 from .engine import DecodeConfig, Step, decode, summarize
 from .gpt import GPT, Caption, GPTConfig
 from .drafter import Drafter
-from .hub import PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
+from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
 from .neighbors import neighbor_table
 from .text import PromptNotice, TextEncoder, WordTextEncoder
 from .vq import VQDecoder
@@ -104,16 +108,18 @@ class Generation:
 class LanternPipeline:
     """Components of one preset on one device, loaded once.
 
-    text_encoder: prompts -> caption embeddings; target: ``GPT``; drafter: ``Drafter``;
-    vq: ``VQDecoder``; neighbors: [V, K] codebook neighbour table (K = the largest k offered).
+    text_encoder: prompts -> caption embeddings; target: ``GPT``; drafter: ``Drafter``,
+    or None when its weights are unavailable (``drafter_missing`` says why); vq:
+    ``VQDecoder``; neighbors: [V, K] codebook neighbour table (K = the largest k offered).
     """
 
-    def __init__(self, preset: Preset, text_encoder: TextEncoder, target: GPT, drafter: Drafter,
-                 vq: VQDecoder, neighbors: Tensor, device: torch.device):
+    def __init__(self, preset: Preset, text_encoder: TextEncoder, target: GPT, drafter: Drafter | None,
+                 vq: VQDecoder, neighbors: Tensor, device: torch.device, drafter_missing: str | None = None):
         self.preset = preset
         self.text_encoder = text_encoder
         self.target = target
         self.drafter = drafter
+        self.drafter_missing = drafter_missing if drafter is None else None
         self.vq = vq
         self.neighbors = neighbors
         self.device = device
@@ -147,13 +153,18 @@ class LanternPipeline:
         carry ``image=None``. The first event comes right after the prefill.
         """
         config.validate()
+        if config.needs_drafter and self.drafter is None:
+            raise PresetUnavailable(
+                f"Method {config.method!r} needs the drafter of preset {self.preset.name!r}, which is unavailable: "
+                f"{self.drafter_missing}. The drafter-free methods (AR, SJD, SJD+LANTERN) run without it.")
         cond, notices = self.encode_prompt(prompt)
         n = self.num_tokens
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
         with self._lock:
             t0 = time.perf_counter()
             decode_time = last_cost = 0.0
-            for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors):
+            for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
+                               row_length=self.target.cfg.grid):
                 gen.add(step)
                 gen.image = None
                 elapsed = time.perf_counter() - t0
@@ -217,14 +228,18 @@ def _load(preset: Preset, device: torch.device) -> LanternPipeline:
             "this machine has none. Use the embedded 'emoji' preset, or run on a GPU Space."
         )
     try:
-        paths = preset.fetch_all()
+        paths = {n: preset.fetch(n) for n in preset.component_names() if n not in OPTIONAL_COMPONENTS}
     except WeightsUnavailable as err:
         raise PresetUnavailable(f"Preset {preset.name!r}: {err}") from err
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     from .checkpoints import load_drafter, load_gpt
 
     target = load_gpt(paths["target"], device=device, dtype=dtype).eval()
-    drafter = load_drafter(paths["drafter"], target=target, device=device, dtype=dtype).eval()
+    drafter, drafter_missing = None, None
+    try:
+        drafter = load_drafter(preset.fetch("drafter"), target=target, device=device, dtype=dtype).eval()
+    except WeightsUnavailable as err:
+        drafter_missing = str(err)
     if preset.local_dir is not None:
         vq = VQDecoder.from_pretrained(paths["vq"], preset.grid, device=device)
         text: TextEncoder = WordTextEncoder.load(paths["text_encoder"], device=device).eval()
@@ -236,7 +251,7 @@ def _load(preset: Preset, device: torch.device) -> LanternPipeline:
         text = T5TextEncoder.from_pretrained(paths["text_encoder"], device=device, dtype=dtype)
         max_k = 1000
     neighbors = neighbor_table(vq.raw_codebook().to(device), max_k)
-    return LanternPipeline(preset, text, target, drafter, vq, neighbors, device)
+    return LanternPipeline(preset, text, target, drafter, vq, neighbors, device, drafter_missing)
 
 
 def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", vocab: int = 256,
@@ -269,7 +284,10 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
 
 
 def preset_status(device: torch.device | None = None) -> dict[str, str | None]:
-    """For each preset: None if it can be loaded here, else the reason it cannot (never downloads)."""
+    """For each preset: None if it can be loaded here, else the reason it cannot (never downloads).
+
+    A missing drafter alone does not make a preset unavailable (see the module docstring).
+    """
     device = device or default_device()
     out: dict[str, str | None] = {}
     for name, preset in PRESETS.items():
@@ -278,6 +296,6 @@ def preset_status(device: torch.device | None = None) -> dict[str, str | None]:
         elif preset.needs_gpu and device.type != "cuda":
             out[name] = f"needs a GPU (about {preset.min_gpu_memory_gb:g} GB)"
         else:
-            missing = preset.missing()
+            missing = preset.missing(optional=False)
             out[name] = None if not missing else str(missing[0])
     return out

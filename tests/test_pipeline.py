@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from lantern_demo.engine import METHODS, DecodeConfig
-from lantern_demo.pipeline import PresetUnavailable, load_pipeline, preset_status, tiny_random_pipeline
+from lantern_demo import pipeline
+from lantern_demo.hub import PRESETS, Preset
+from lantern_demo.pipeline import ASSETS, PresetUnavailable, load_pipeline, preset_status, tiny_random_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +64,21 @@ def test_gpu_preset_on_cpu_is_a_clear_error():
     assert "needs a GPU" in status["llamagen-t2i"]
     with pytest.raises(PresetUnavailable, match="needs a GPU"):
         load_pipeline("llamagen-t2i", "cpu")
+
+
+def test_a_preset_without_its_drafter_runs_the_drafter_free_methods(tmp_path, monkeypatch):
+    local = tmp_path / "emoji"
+    local.mkdir()
+    for part in ("target", "vq", "text_encoder"):  # the embedded model, drafter left out
+        (local / part).symlink_to(ASSETS / "emoji" / part)
+    monkeypatch.setitem(PRESETS, "emoji-no-drafter", Preset(name="emoji-no-drafter", title="Emoji, no drafter",
+                                                            resolution=64, grid=16, local_dir=str(local)))
+    monkeypatch.setattr(pipeline, "_CACHE", {})  # leave no trace for other tests
+    assert preset_status(torch.device("cpu"))["emoji-no-drafter"] is None
+    pipe = load_pipeline("emoji-no-drafter", "cpu")
+    assert pipe.drafter is None and "drafter" in pipe.drafter_missing
+    for method in ("ar", "sjd", "sjd+lantern"):
+        final = pipe("grinning face", DecodeConfig(method, window=8, k=16), seed=0)
+        assert final.done and final.stats["tokens"] == 256
+    with pytest.raises(PresetUnavailable, match="needs the drafter.*SJD"):
+        pipe("grinning face", DecodeConfig("sd"), seed=0)
