@@ -40,7 +40,7 @@ import gradio as gr
 import torch
 
 from . import ui_plots as plots
-from .engine import METHODS, DecodeConfig
+from .engine import DRAFTER_FREE, METHODS, RELAXED, DecodeConfig
 from .hub import PRESETS, get_preset
 from .pipeline import (
     ASSETS,
@@ -79,6 +79,9 @@ DEFAULTS: dict[str, Any] = {
     "top_k": 0,
     "top_p": 1.0,
     "cfg_scale": 3.0,
+    "window": 16,
+    "init": "vertical",
+    "coupled": True,
 }
 
 #: Per preset overrides of ``DEFAULTS`` (applied when the preset is selected).
@@ -93,21 +96,25 @@ PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
                          "top_k": 2000, "cfg_scale": 3.0},
 }
 
-#: What "auto" means for the drafting shape of each speculative method.
+#: What "auto" means for the drafting shape of each drafter method.
 AUTO_DRAFT = {"sd": "chain", "eagle": "tree", "lantern": "tree", "lantern++": "static"}
 
-METHOD_TITLES = {"ar": "AR", "sd": "SD", "eagle": "EAGLE-2", "lantern": "LANTERN", "lantern++": "LANTERN++"}
+METHOD_TITLES = {"ar": "AR", "sd": "SD", "eagle": "EAGLE-2", "lantern": "LANTERN", "lantern++": "LANTERN++",
+                 "sjd": "SJD", "sjd+lantern": "SJD+LANTERN"}
 METHOD_CHOICES = [
     ("AR (plain, 1 token per pass)", "ar"),
     ("SD (exact speculative, chain)", "sd"),
     ("EAGLE-2 (exact, dynamic tree)", "eagle"),
     ("LANTERN (relaxed, δ and k)", "lantern"),
     ("LANTERN++ (relaxed, λ and k, static tree)", "lantern++"),
+    ("SJD (exact, no drafter: Jacobi window)", "sjd"),
+    ("SJD+LANTERN (relaxed, no drafter, δ and k)", "sjd+lantern"),
 ]
-BASELINES = ("ar", "sd", "eagle", "none")
-BASELINE_CHOICES = [("AR", "ar"), ("SD", "sd"), ("EAGLE-2", "eagle"), ("none", "none")]
+BASELINES = ("ar", "sd", "eagle", "sjd", "none")
+BASELINE_CHOICES = [("AR", "ar"), ("SD", "sd"), ("EAGLE-2", "eagle"), ("SJD", "sjd"), ("none", "none")]
 DRAFT_CHOICES = ["auto", "chain", "tree", "static"]
-RELAXED = ("lantern", "lantern++")
+INIT_CHOICES = ["vertical", "left", "random"]
+SJD_METHODS = ("sjd", "sjd+lantern")
 
 EXAMPLES = [
     "grinning face",
@@ -120,7 +127,8 @@ EXAMPLES = [
 
 #: Inputs of the /generate endpoint, in order (names are the API's parameter names).
 INPUT_NAMES = ("prompt", "model", "method", "baseline", "seed", "randomize_seed", "delta", "lam", "k", "draft",
-               "gamma", "confidence", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale")
+               "gamma", "confidence", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale",
+               "window", "init", "coupled")
 #: Outputs of the /generate endpoint, in order (the session cache, a gr.State, is not part of the API).
 OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative", "log", "compare", "table",
                 "seed", "notice", "stats")
@@ -182,6 +190,10 @@ class Models:
                        if EMBEDDED in self.status and self.status[EMBEDDED] else "")
             lines.append("⚠️ **Untrained model.** `tiny-random` has random weights: its images are noise, but "
                          "every method, statistic and chart works." + missing)
+        pipe = self.pipelines.get(name)
+        if pipe is not None and pipe.drafter is None:
+            lines.append(f"ℹ️ **No drafter here for `{name}`** ({_short(pipe.drafter_missing)}): the drafter "
+                         "methods are off; AR, SJD and SJD+LANTERN need none.")
         unavailable = [f"`{n}` ({_short(r)})" for n, r in self.status.items() if r and n in self.offered]
         if unavailable:
             lines.append("Unavailable here: " + "; ".join(unavailable) + ".")
@@ -251,11 +263,14 @@ def _models() -> Models:
 
 
 def preset_values(name: str) -> dict[str, Any]:
-    """Control values for a preset: ``DEFAULTS`` with its overrides, k capped at its table size."""
+    """Control values for a preset: ``DEFAULTS`` with its overrides, k capped at its table size,
+    and the drafter-free methods where the preset's drafter is unavailable."""
     values = {**DEFAULTS, **PRESET_DEFAULTS.get(name, {})}
     pipe = _models().pipelines.get(name)
     if pipe is not None:
         values["k"] = max(1, min(int(values["k"]), pipe.max_k))
+        if pipe.drafter is None:
+            values.update(method="sjd+lantern", baseline="sjd")
     return values
 
 
@@ -283,7 +298,8 @@ def _integer(name: str, value: Any) -> int:
 
 
 def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
-                  depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale) -> Request:
+                  depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window, init,
+                  coupled) -> Request:
     """Validate the controls and turn them into a ``Request``; raises ``gr.Error`` with a clear message."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise gr.Error("Please enter a prompt (it is empty).", title="Empty prompt")
@@ -298,6 +314,15 @@ def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, 
         raise gr.Error(f"Unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}.")
     if draft not in DRAFT_CHOICES:
         raise gr.Error(f"Unknown draft shape {draft!r}; choose one of {', '.join(DRAFT_CHOICES)}.")
+    if init not in INIT_CHOICES:
+        raise gr.Error(f"Unknown draft initialisation {init!r}; choose one of {', '.join(INIT_CHOICES)}.")
+    if not isinstance(coupled, bool):
+        raise gr.Error(f"coupled must be true or false, got {coupled!r}.")
+    for name in (method, baseline):
+        if name in METHOD_TITLES and name not in DRAFTER_FREE and pipe.drafter is None:
+            raise gr.Error(f"{METHOD_TITLES[name]} needs a drafter, and model {model!r} has none here "
+                           f"({_short(pipe.drafter_missing, 200)}). Choose AR, SJD or SJD+LANTERN.",
+                           title="No drafter")
     k = _integer("k", k)
     if method in RELAXED and not 1 <= k <= pipe.max_k:
         raise gr.Error(f"k must be in [1, {pipe.max_k}] for model {model!r}, got {k}.", title="Invalid settings")
@@ -308,14 +333,15 @@ def build_request(prompt, model, method, baseline, seed, randomize_seed, delta, 
                               top_k=_integer("top_k", top_k), top_p=float(top_p))
     common = dict(gamma=_integer("gamma", gamma), min_confidence=float(confidence),
                   depth=_integer("depth", depth), top_k=_integer("branching", branching),
-                  total_tokens=_integer("tree_tokens", tree_tokens), sampling=sampling)
+                  total_tokens=_integer("tree_tokens", tree_tokens), window=_integer("window", window), init=init,
+                  coupled=coupled, sampling=sampling)
     try:
-        config = DecodeConfig(method, draft=None if method == "ar" else AUTO_DRAFT[method] if draft == "auto"
+        config = DecodeConfig(method, draft=None if method in DRAFTER_FREE else AUTO_DRAFT[method] if draft == "auto"
                               else draft, delta=float(delta), k=k, lam=float(lam), **common)
         config.validate()
         base = None
         if baseline != "none":
-            base = DecodeConfig(baseline, draft=None if baseline == "ar" else AUTO_DRAFT[baseline], **common)
+            base = DecodeConfig(baseline, draft=AUTO_DRAFT.get(baseline), **common)
             base.validate()
     except ValueError as err:
         raise gr.Error(f"Invalid settings: {err}.", title="Invalid settings") from None
@@ -380,7 +406,7 @@ def _log_stopped(text: str | None) -> str:
 def describe(config: DecodeConfig) -> str:
     """A method's parameters for the log, e.g. "δ=0.25, k=16; dynamic tree depth 4, top-4, 16 tokens; T=1, cfg=3"."""
     parts = []
-    if config.method == "lantern":
+    if config.method in ("lantern", "sjd+lantern"):
         parts.append(f"δ={config.delta:g}, k={config.k}")
     elif config.method == "lantern++":
         parts.append(f"λ={config.lam:g}, δ≤{config.delta:g}, k={config.k}")
@@ -388,6 +414,9 @@ def describe(config: DecodeConfig) -> str:
     if shape == "chain":
         parts.append(f"chain γ={config.gamma}" + (f", stop below {config.min_confidence:g}"
                                                     if config.min_confidence else ""))
+    elif shape == "window":
+        parts.append(f"window {config.window}, {config.init} drafts, "
+                     + ("coupled" if config.coupled else "independent") + " redrafts")
     elif shape is not None:
         kind = "static" if shape == "static" else "dynamic"
         parts.append(f"{kind} tree depth {config.depth}, top-{config.top_k}, {config.total_tokens} tokens")
@@ -564,7 +593,8 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
 
 @GPU(duration=GPU_DURATION)
 def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
-             depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
+             depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window, init, coupled,
+             cache=None, session=None):
     """Generate an image with ``method``, then with ``baseline`` (same prompt, seed and sampling), streaming both.
 
     Yields the outputs in ``OUTPUT_NAMES`` order (+ the session cache). Raises
@@ -573,7 +603,8 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
     """
     alive = _alive_check(session)
     req = build_request(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma,
-                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale)
+                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window,
+                        init, coupled)
     try:
         yield from _generate(req, cache, alive)
     except _Superseded:
@@ -586,7 +617,8 @@ def generate(prompt, model, method, baseline, seed, randomize_seed, delta, lam, 
 
 
 def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, draft, gamma, confidence,
-          depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache=None, session=None):
+          depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window, init, coupled,
+          cache=None, session=None):
     """Slider release: wait ``DEBOUNCE_S``, then re-run with the same seed unless the user moved a slider again."""
     if method not in RELAXED or not isinstance(prompt, str) or not prompt.strip():
         yield _outputs()
@@ -597,7 +629,8 @@ def rerun(prompt, model, method, baseline, seed, randomize_seed, delta, lam, k, 
         yield _outputs()
         return
     yield from generate(prompt, model, method, baseline, seed, False, delta, lam, k, draft, gamma,
-                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session)
+                        confidence, depth, branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window,
+                        init, coupled, cache, session)
 
 
 # ----------------------------------------------------------------------------- page
@@ -649,6 +682,8 @@ A small drafter proposes several tokens and the target checks them in one pass. 
 draft when the target preferred one of its *k* nearest codebook neighbours, moving at most **δ** of
 probability mass (total variation distance) per position — many tokens look alike, so images barely change
 while far fewer target passes are needed. Move δ or k and release the slider: the same seed runs again.
+No drafter? **SJD** (speculative Jacobi decoding) drafts from the target's own previous pass, and
+**SJD+LANTERN** relaxes its acceptance the same way.
 """
 
 FOOTER = """
@@ -660,7 +695,8 @@ License: [CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/). The em
 on them; its outputs are adaptations shared under the same licence.
 Papers: [LANTERN (arXiv 2410.03355)](https://arxiv.org/abs/2410.03355) ·
 [LANTERN++ (arXiv 2502.06352)](https://arxiv.org/abs/2502.06352).
-Token map: grey = sampled by the target, warm colours = accepted draft token by draft depth (darker = deeper),
+Token map: grey = sampled by the target, warm colours = accepted draft token by draft depth (darker = deeper;
+for SJD, the place in the window),
 dark lines separate tokens committed by different target passes, numbers = pass index.
 </div>
 """
@@ -673,10 +709,12 @@ def launch_kwargs() -> dict[str, Any]:
     return {**LAUNCH_KWARGS, "theme": theme()}
 
 
-def _method_visibility(method: str) -> tuple:
+def _method_visibility(method: str, baseline: str) -> tuple:
+    """Visibility of δ, λ, k, the drafting accordion and the Jacobi-window accordion."""
     relaxed = method in RELAXED
     return (gr.update(visible=relaxed), gr.update(visible=method == "lantern++"), gr.update(visible=relaxed),
-            gr.update(visible=method != "ar"))
+            gr.update(visible=method not in DRAFTER_FREE),
+            gr.update(visible=method in SJD_METHODS or baseline in SJD_METHODS))
 
 
 def build_demo(models: Models) -> gr.Blocks:
@@ -716,7 +754,7 @@ def build_demo(models: Models) -> gr.Blocks:
                               elem_id="lam")
                 k = _Slider(1, api_max_k, value=min(v["k"], max_k), step=1, label="k: nearest codebook neighbours",
                             visible=relaxed0, elem_id="k")
-                with gr.Accordion("Drafting", open=False, visible=v["method"] != "ar") as drafting:
+                with gr.Accordion("Drafting", open=False, visible=v["method"] not in DRAFTER_FREE) as drafting:
                     draft = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
                                      info="auto: SD chain, EAGLE-2/LANTERN dynamic tree, LANTERN++ static tree")
                     gamma = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ (most drafts per pass)",
@@ -730,6 +768,17 @@ def build_demo(models: Models) -> gr.Blocks:
                                         elem_id="branching")
                     tree_tokens = _Slider(2, 128, value=v["tree_tokens"], step=1,
                                           label="Tree total tokens (incl. the root)", elem_id="tree_tokens")
+                with gr.Accordion("Jacobi window (SJD, no drafter)", open=False, elem_id="jacobi",
+                                  visible=v["method"] in SJD_METHODS or v["baseline"] in SJD_METHODS) as jacobi:
+                    window = _Slider(1, 64, value=v["window"], step=1, label="Window L (drafts verified per pass)",
+                                     elem_id="window")
+                    init = gr.Radio(INIT_CHOICES, value=v["init"], label="New drafts start as",
+                                    info="vertical: the token one row above · left: the token to the left · "
+                                         "random: a uniform code", elem_id="init")
+                    coupled = gr.Checkbox(v["coupled"], label="Coupled redrafts (SCD / MC-SJD)",
+                                          info="redraw each draft coupled with its previous value, so it changes "
+                                               "only where the target's distribution moved (still exact)",
+                                          elem_id="coupled")
                 with gr.Accordion("Sampling", open=False):
                     temperature = _Slider(0.0, 2.0, value=v["temperature"], step=0.05, label="Temperature",
                                           info="0 = greedy", elem_id="temperature")
@@ -775,7 +824,7 @@ def build_demo(models: Models) -> gr.Blocks:
         current_model = gr.State(models.default)
 
         inputs = [prompt, model, method, baseline, seed, randomize, delta, lam, k, draft, gamma, confidence, depth,
-                  branching, tree_tokens, temperature, top_k, top_p, cfg_scale, cache, session]
+                  branching, tree_tokens, temperature, top_k, top_p, cfg_scale, window, init, coupled, cache, session]
         outputs = [image, base_image, token_map, per_step, cumulative, log_box, compare, table, seed, notice, stats,
                    cache]
         run_evt = gr.on([run_btn.click, prompt.submit], generate, inputs, outputs, api_name="generate",
@@ -792,12 +841,12 @@ def build_demo(models: Models) -> gr.Blocks:
         stop_btn.click(supersede, session, None, queue=False, api_visibility="private")
         stop_btn.click(_log_stopped, log_box, log_box, queue=False, api_visibility="private")
 
-        method.change(_method_visibility, method, [delta, lam, k, drafting], api_visibility="private",
-                      queue=False)
+        gr.on([method.change, baseline.change], _method_visibility, [method, baseline],
+              [delta, lam, k, drafting, jacobi], api_visibility="private", queue=False)
 
-        controls = {"delta": delta, "lam": lam, "k": k, "draft": draft,
+        controls = {"method": method, "baseline": baseline, "delta": delta, "lam": lam, "k": k, "draft": draft,
                     "gamma": gamma, "confidence": confidence, "depth": depth, "branching": branching,
-                    "tree_tokens": tree_tokens,
+                    "tree_tokens": tree_tokens, "window": window, "init": init, "coupled": coupled,
                     "temperature": temperature, "top_k": top_k, "top_p": top_p, "cfg_scale": cfg_scale}
 
         def select_model(name, previous):

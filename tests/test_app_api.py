@@ -36,7 +36,7 @@ from lantern_demo.ui import AUTO_DRAFT, INPUT_NAMES, OUTPUT_NAMES  # noqa: E402
 # small drafting shapes keep every run around a second on 2 CPU cores
 BASE = dict(prompt="a red cat", model="tiny-random", method="lantern", baseline="ar", seed=3, randomize_seed=False,
             delta=0.25, lam=2.0, k=16, draft="auto", gamma=4, confidence=0.0, depth=3, branching=3, tree_tokens=10,
-            temperature=1.0, top_k=0, top_p=1.0, cfg_scale=3.0)
+            temperature=1.0, top_k=0, top_p=1.0, cfg_scale=3.0, window=8, init="vertical", coupled=True)
 OUT = {name: i for i, name in enumerate(OUTPUT_NAMES)}
 
 
@@ -60,7 +60,7 @@ def _reference(**overrides):
     cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"],
                        min_confidence=v["confidence"], depth=v["depth"],
                        top_k=v["branching"], total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
-                       sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
+                       window=v["window"], init=v["init"], coupled=v["coupled"], sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
     return load_pipeline("tiny-random", "cpu")(v["prompt"], cfg, seed=v["seed"])
 
 
@@ -136,10 +136,25 @@ def test_keyword_call_with_defaults_and_randomised_seed(client):
     (dict(method="nope"), "not in the list of choices"),
     (dict(model="llamagen-t2i"), "unavailable here: needs a GPU"),
     (dict(model="nope"), "not in the list of choices"),
+    (dict(method="sjd", window=0), "window: Value 0 is less than minimum value 1"),
+    (dict(method="sjd", init="diagonal"), "not in the list of choices"),
 ])
 def test_bad_inputs_give_clear_errors(client, overrides, message):
     with pytest.raises(AppError, match=message):
         client.predict(*_args(**overrides), api_name="/generate")
+
+
+def test_drafter_free_methods_through_the_api(client):
+    out = client.predict(*_args(method="sjd+lantern", baseline="sjd", init="left", window=6), api_name="/generate")
+    stats = out[OUT["stats"]]
+    main, base = stats["main"], stats["baseline"]
+    assert (main["method"], main["draft"], base["method"], base["draft"]) == ("sjd+lantern", "window", "sjd", "window")
+    assert main["stats"]["drafter_passes"] == 0 and main["stats"]["drafted"] > 0
+    assert main["tokens"] == _reference(method="sjd+lantern", init="left", window=6).tokens.tolist()
+    assert base["tokens"] == _reference(method="sjd", init="left", window=6).tokens.tolist()
+    assert base["stats"]["mean_tvd"] == 0.0 and 0.0 < main["stats"]["mean_tvd"] <= BASE["delta"] + 1e-6
+    assert [row[0] for row in out[OUT["table"]]["data"]] == ["SJD+LANTERN", "SJD baseline"]
+    assert "window 6, left drafts, coupled redrafts" in out[OUT["log"]]
 
 
 def test_notices_for_unknown_words_and_long_prompts(client):

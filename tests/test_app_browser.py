@@ -161,3 +161,20 @@ def test_stop_cancels_the_run(page):
     # the app is still healthy: a new run finishes
     page.click("#generate-btn")
     _wait_done(page, "seed 5")
+
+
+def test_drafter_free_sjd_lantern_against_an_sjd_baseline(page):
+    assert not page.locator("#jacobi").is_visible()
+    page.locator("#method label", has_text="SJD+LANTERN").click()
+    page.locator("#baseline label").get_by_text("SJD", exact=True).click()
+    page.wait_for_selector("#jacobi", state="visible")
+    page.locator("#jacobi").get_by_text("Jacobi window", exact=False).first.click()  # open the accordion
+    page.wait_for_selector("#window input[type=range]", state="visible")
+    assert page.locator("#coupled input").is_checked()
+    page.click("#generate-btn")
+    _wait_done(page, "SJD+LANTERN (δ=")
+    log = _log(page)
+    assert "window 16, vertical drafts, coupled redrafts" in log and "vs SJD baseline" in log
+    table = page.inner_text("#stats-table")
+    assert "SJD+LANTERN" in table and "SJD baseline" in table
+    page.screenshot(path=str(ARTIFACTS / "app-sjd.png"), full_page=True)
