@@ -54,6 +54,7 @@ MAX_PROMPT_CHARS = 2000
 EMOJI_SETTINGS: dict[str, float | int | str] = {
     "cfg_scale": 2.0, "temperature": 1.0, "top_k": 64,
     "draft": "chain", "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 128,
+    "window": 16, "init": "vertical", "coupled": True,
 }
 
 register_preset(Preset(

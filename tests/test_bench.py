@@ -122,12 +122,17 @@ def test_quick_schema(quick):
     assert names[0] == "ar" and any(n.startswith("sd") for n in names) and any(n.startswith("eagle") for n in names)
     assert any(r["method"] == "lantern" and r["params"]["delta"] == 0 for r in res["rows"])
     assert any(r["method"] == "lantern++" for r in res["rows"])
+    sjd = [r for r in res["rows"] if r["method"] in ("sjd", "sjd+lantern")]
+    assert [(r["method"], r["params"].get("coupled", False)) for r in sjd] == [
+        ("sjd", False), ("sjd", True), ("sjd+lantern", True)]
+    assert all(r["summary"]["drafter_passes"] == 0 and r["shape"] == "window" for r in sjd)
     n_prompts = len(res["meta"]["prompts"])
     assert n_prompts == 2 and res["meta"]["total_seconds"] > 0
     for r in res["rows"]:
         s = r["summary"]
         for key in ("nfe", "mean_accepted", "wall_time", "wall_time_p25", "wall_time_p75", "first_token_latency",
-                    "e2e_time", "speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "nll", "nll_se", "mean_tvd",
+                    "e2e_time", "speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "speedup_vs_sjd", "nll", "nll_se",
+                    "mean_tvd",
                     "acceptance_rate", "tokens_per_pass_hist"):
             assert key in s, (r["name"], key)
         assert s["e2e_time"] >= s["wall_time"] > 0
@@ -137,7 +142,7 @@ def test_quick_schema(quick):
         assert [p["seed"] for p in r["per_prompt"]] == [res["meta"]["seed"] + i for i in range(n_prompts)]
         hist = {int(k): v for k, v in s["tokens_per_pass_hist"].items()}
         assert sum(hist.values()) == pytest.approx(n_prompts * (s["nfe"] - 1))
-        if r["method"] in ("ar", "sd", "eagle"):
+        if r["method"] in ("ar", "sd", "eagle", "sjd"):
             assert s["mean_tvd"] == 0.0
     ar = res["rows"][0]["summary"]
     assert ar["nfe"] == res["meta"]["num_tokens"] and ar["speedup_vs_ar"] == 1.0
@@ -159,6 +164,8 @@ def test_update_docs_replaces_only_its_section(quick, tmp_path):
     assert text.startswith("# Title\n\nintro\n") and text.endswith("\n\ntail\n") and "OLD-SECTION-42" not in text
     assert text.count(DOCS_START) == 1 and "| setting | NFE |" in text and "tradeoff.png" in text
     assert "Closest to the paper's headline" in text
+    assert "Drafter-free: **sjd+lantern coupled" in text and "ms acceptance" in text
+    assert res["analysis"]["sjd_lantern_over_lantern_chain"] > 0
 
 
 def test_quick_delta_zero_matches_sd_quality(quick):

@@ -2,7 +2,8 @@
 
 - ``tradeoff.png``: speed-up vs AR against quality (FD when available, and NLL),
   lantern as one line per k through its deltas, lantern++ as a line through its
-  lambdas, ar / sd / eagle as single points.
+  lambdas, sjd+lantern as a line through its deltas, ar / sd / eagle / sjd (and
+  coupled sjd) as single points.
 - ``accepted_hist.png``: per setting, the histogram of tokens committed per
   target pass (accepted drafts + 1; the prefill pass excluded).
 - ``samples.png``: the first prompts' images for a few settings (same seeds).
@@ -15,7 +16,11 @@ from typing import Any
 
 import numpy as np
 
-_MARK = {"ar": "s", "sd": "^", "eagle": "D"}
+_MARK = {"ar": "s", "sd": "^", "eagle": "D", "sjd": "*"}
+
+
+def _label(r: dict[str, Any]) -> str:
+    return r["method"] + (" coupled" if r["params"].get("coupled") else "")
 
 
 def _mpl():
@@ -40,7 +45,7 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
             if r["method"] in _MARK and key in s:
                 ax.errorbar(s.get("speedup_vs_ar", np.nan), s[key], yerr=s.get(err), fmt=_MARK[r["method"]],
                             color="black", ms=7, capsize=2)
-                ax.annotate(r["method"], (s.get("speedup_vs_ar", np.nan), s[key]), textcoords="offset points",
+                ax.annotate(_label(r), (s.get("speedup_vs_ar", np.nan), s[key]), textcoords="offset points",
                             xytext=(5, 4), fontsize=8)
         lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
         chain = sorted((r for r in rows if r["method"] == "lantern" and r["shape"] == "chain"),
@@ -63,6 +68,14 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
             ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=f"lantern k={k:g} (delta ->)")
             for r, x, y in zip(line, xs, ys):
                 ax.annotate(f"{r['params']['delta']:g}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        sjd = sorted((r for r in rows if r["method"] == "sjd+lantern"), key=lambda r: r["params"]["delta"])
+        if sjd:
+            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in sjd]
+            ys = [r["summary"].get(key, np.nan) for r in sjd]
+            ax.errorbar(xs, ys, yerr=[r["summary"].get(err, np.nan) for r in sjd], marker="X", ls="-.", capsize=2,
+                        label=f"sjd+lantern, no drafter (k={sjd[0]['params']['k']:g}, delta ->)")
+            for r, x, y in zip(sjd, xs, ys):
+                ax.annotate(f"{r['params']['delta']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         pp = sorted((r for r in rows if r["method"] == "lantern++"), key=lambda r: r["params"]["lam"])
         if pp:
             xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in pp]
@@ -115,6 +128,7 @@ def samples(result: dict[str, Any], images: dict[str, list[np.ndarray]], path: P
     plt = _mpl()
     rows = result["rows"]
     names = [r["name"] for r in rows if not r["params"]]
+    names += [r["name"] for r in rows if r["method"] == "sjd+lantern"][-1:]
     lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
     if lant:
         names.append(min(lant, key=lambda r: r["summary"]["mean_tvd"])["name"])

@@ -82,6 +82,9 @@ def _ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+#: What --methods accepts.
+METHOD_NAMES = ("ar", "sd", "eagle", "lantern", "lantern-chain", "lantern++", "sjd", "sjd-coupled", "sjd+lantern")
+
 #: Tree shapes (depth, children per node, nodes incl. the root). "paper": EAGLE-2's / the
 #: LANTERN release's dynamic tree (DecodeConfig's defaults), sized for a GPU where verifying 59
 #: tokens costs about one pass. "demo": the web demo's default for the CPU presets
@@ -93,13 +96,17 @@ DEFAULT_RELAX = {"demo": (0.25, 16), "paper": (0.4, 1000)}
 
 def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
     """ar, sd, eagle, lantern over deltas x ks (tree), lantern++ over lambdas (static tree),
-    lantern on sd's chain over chain deltas. Every tree method uses the same ``--tree`` shape."""
+    lantern on sd's chain over chain deltas, and the drafter-free sjd (independent and coupled
+    redrafts) and sjd+lantern (coupled, over sjd deltas). Every tree method uses the same
+    ``--tree`` shape, every SJD method the same window and initialisation."""
     sampling = SamplingConfig(cfg_scale=args.cfg_scale, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p)
     depth, branch, nodes = TREES[args.tree]
     tree = dict(depth=depth, top_k=branch, total_tokens=nodes, sampling=sampling)
     chain = dict(gamma=args.gamma, min_confidence=args.confidence, sampling=sampling)
     chain_name = f"chain{args.gamma}" + (f" c={args.confidence:g}" if args.confidence else "")
+    window = dict(window=args.window, init=args.init, sampling=sampling)
+    window_name = f"window{args.window} {args.init}"
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     ks = sorted({min(k, max_k) for k in _ints(args.ks)})
     out: list[Setting] = []
@@ -126,8 +133,19 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
             for lam in _floats(args.lams):
                 cfg = DecodeConfig("lantern++", lam=lam, k=k, delta=1.0, **tree)
                 out.append(Setting(f"lantern++ l={lam:g} k={k}", cfg, {"lam": lam, "k": k}))
+        elif m == "sjd":
+            out.append(Setting(f"sjd ({window_name})", DecodeConfig("sjd", **window)))
+        elif m == "sjd-coupled":
+            out.append(Setting(f"sjd coupled ({window_name})", DecodeConfig("sjd", coupled=True, **window),
+                               {"coupled": True}))
+        elif m == "sjd+lantern":
+            for d in _floats(args.sjd_deltas):
+                k = min(args.default_k, max_k)
+                cfg = DecodeConfig("sjd+lantern", coupled=True, delta=d, k=k, **window)
+                out.append(Setting(f"sjd+lantern coupled {window_name} d={d:g} k={k}", cfg,
+                                   {"delta": d, "k": k, "coupled": True}))
         else:
-            raise SystemExit(f"unknown method {m!r}; choose from ar, sd, eagle, lantern, lantern-chain, lantern++")
+            raise SystemExit(f"unknown method {m!r}; choose from {', '.join(METHOD_NAMES)}")
     for s in out:
         s.config.validate()
     return out
@@ -262,13 +280,17 @@ def summarize_setting(recs: list[dict]) -> dict[str, Any]:
     }
 
 
+#: The exact methods every row's speed-up is given against (when in the run).
+REFERENCES = ("ar", "sd", "eagle", "sjd")
+
+
 def add_speedups(rows: list[dict], recs_by: dict[str, list[dict]]) -> None:
-    """Speed-ups vs ar / sd / eagle in this run: ratio of median wall times, plus the
+    """Speed-ups vs ar / sd / eagle / sjd in this run: ratio of median wall times, plus the
     geometric mean of per-prompt (paired) ratios vs ar."""
-    ref = {r["method"]: r for r in reversed(rows) if not r["params"]}  # the first ar / sd / eagle row
+    ref = {r["method"]: r for r in reversed(rows) if not r["params"]}  # the first ar / sd / eagle / sjd row
     for row in rows:
         s = row["summary"]
-        for m in ("ar", "sd", "eagle"):
+        for m in REFERENCES:
             if m in ref:
                 s[f"speedup_vs_{m}"] = ref[m]["summary"]["wall_time"] / s["wall_time"]
                 s[f"e2e_speedup_vs_{m}"] = ref[m]["summary"]["e2e_time"] / s["e2e_time"]
@@ -394,12 +416,14 @@ def analysis(result: dict[str, Any]) -> dict[str, Any]:
     the combined bootstrap noise and its retrieval accuracy is at most two binomial standard errors
     below the reference (with no eval encoder: when its mean TVD is <= 0.05). Reported: lantern at
     the report's default (delta, k) on the tree (``meta.default_relaxation``), the fastest acceptable relaxed setting, and
-    the lantern setting closest to the paper's headline of 1.8x over EAGLE-2.
+    the lantern setting closest to the paper's headline of 1.8x over EAGLE-2; and the drafter-free sjd+lantern at the default
+    delta next to lantern on the chain at that delta (``sjd_lantern_over_lantern_chain``: the
+    ratio of their median wall times).
     """
     rows = result["rows"]
-    exact = [r for r in rows if r["method"] in ("ar", "sd", "eagle")
-             or (r["method"] == "lantern" and r["params"].get("delta") == 0)]
-    relaxed = [r for r in rows if r["method"] in ("lantern", "lantern++") and r not in exact]
+    exact = [r for r in rows if r["method"] in REFERENCES
+             or (r["method"] in ("lantern", "sjd+lantern") and r["params"].get("delta") == 0)]
+    relaxed = [r for r in rows if r["method"] in ("lantern", "lantern++", "sjd+lantern") and r not in exact]
     out: dict[str, Any] = {"exact_rows": [r["name"] for r in exact]}
     have_fd = all(r["summary"].get("fd") == r["summary"].get("fd") and "fd" in r["summary"] for r in rows)
     n = len(result["meta"]["prompts"])
@@ -428,8 +452,9 @@ def analysis(result: dict[str, Any]) -> dict[str, Any]:
         if r is None:
             return None
         s = r["summary"]
-        keys = ("speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "nfe", "mean_accepted", "nll", "mean_tvd",
-                "fd", "fd_boot_std", "retrieval_top1", "precision", "recall", "acceptable")
+        keys = ("speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "speedup_vs_sjd", "nfe", "mean_accepted",
+                "nll", "mean_tvd", "fd", "fd_boot_std", "retrieval_top1", "precision", "recall", "acceptable",
+                "draft_time", "target_time", "accept_time")
         return {"name": r["name"], **{k: s[k] for k in keys if k in s}}
 
     d_def, k_def = result["meta"]["default_relaxation"]
@@ -441,15 +466,20 @@ def analysis(result: dict[str, Any]) -> dict[str, Any]:
     lant = [r for r in relaxed if r["method"] == "lantern" and r["shape"] == "tree" and "speedup_vs_eagle" in r["summary"]]
     near = min(lant, key=lambda r: abs(r["summary"]["speedup_vs_eagle"] - 1.8), default=None)
     best = max(lant, key=lambda r: r["summary"]["speedup_vs_eagle"], default=None)
+    # drafter-free: sjd+lantern at the default delta against lantern on the chain at the same delta
+    sjd_lantern = next((r for r in relaxed if r["method"] == "sjd+lantern" and r["params"]["delta"] == d_def), None)
+    chain = next((r for r in relaxed if r["method"] == "lantern" and r["shape"] == "chain"
+                  and r["params"]["delta"] == d_def), None)
     out.update(default=brief(default), fastest_acceptable=brief(fastest), closest_to_paper_1_8x_over_eagle=brief(near),
-               best_over_eagle=brief(best))
+               best_over_eagle=brief(best), sjd_lantern_default=brief(sjd_lantern), lantern_chain_default=brief(chain))
+    if sjd_lantern and chain:
+        out["sjd_lantern_over_lantern_chain"] = chain["summary"]["wall_time"] / sjd_lantern["summary"]["wall_time"]
     return out
 
 
 def _summary_timing_keys() -> list[str]:
-    return ["wall_time_p25", "wall_time_p75", "wall_time_min", "wall_time_max", "speedup_vs_ar", "speedup_vs_sd",
-            "speedup_vs_eagle", "e2e_speedup_vs_ar", "e2e_speedup_vs_sd", "e2e_speedup_vs_eagle",
-            "speedup_vs_ar_paired_geomean"]
+    return (["wall_time_p25", "wall_time_p75", "wall_time_min", "wall_time_max", "speedup_vs_ar_paired_geomean"]
+            + [f"{kind}_vs_{m}" for kind in ("speedup", "e2e_speedup") for m in REFERENCES])
 
 
 def _config_dict(c: DecodeConfig) -> dict[str, Any]:
@@ -471,7 +501,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     rows = result["rows"]
     has_fd = any("fd" in r["summary"] for r in rows)
     has_ret = any("retrieval_top1" in r["summary"] for r in rows)
-    head = ["setting", "NFE", "tok/pass", "wall ms (median [p25-p75])", "x AR", "x SD", "x EAGLE",
+    head = ["setting", "NFE", "tok/pass", "wall ms (median [p25-p75])", "x AR", "x SD", "x EAGLE", "x SJD",
             "1st tok ms", "e2e ms", "NLL", "TVD"]
     if has_fd:
         head += ["FD", "P", "R"]
@@ -484,7 +514,7 @@ def markdown_table(result: dict[str, Any]) -> str:
             r["name"], _fmt(s["nfe"], ".1f"), _fmt(s["mean_accepted"], ".2f"),
             f"{s['wall_time'] * 1e3:.0f} [{s['wall_time_p25'] * 1e3:.0f}-{s['wall_time_p75'] * 1e3:.0f}]",
             _fmt(s.get("speedup_vs_ar"), ".2f"), _fmt(s.get("speedup_vs_sd"), ".2f"), _fmt(s.get("speedup_vs_eagle"), ".2f"),
-            _fmt(s["first_token_latency"] * 1e3, ".1f"), _fmt(s["e2e_time"] * 1e3, ".0f"),
+            _fmt(s.get("speedup_vs_sjd"), ".2f"), _fmt(s["first_token_latency"] * 1e3, ".1f"), _fmt(s["e2e_time"] * 1e3, ".0f"),
             f"{s['nll']:.3f} ± {_fmt(s['nll_se'], '.3f')}", _fmt(s["mean_tvd"], ".3f"),
         ]
         if has_fd:
@@ -524,7 +554,9 @@ def report_text(result: dict[str, Any]) -> str:
         for key, label in (("default", "lantern at the default (delta, k)"),
                            ("fastest_acceptable", "fastest acceptable relaxed setting"),
                            ("best_over_eagle", "lantern's (tree) best speed-up over eagle"),
-                           ("closest_to_paper_1_8x_over_eagle", "closest to the paper's 1.8x over EAGLE-2")):
+                           ("closest_to_paper_1_8x_over_eagle", "closest to the paper's 1.8x over EAGLE-2"),
+                           ("sjd_lantern_default", "sjd+lantern (no drafter) at the default delta"),
+                           ("lantern_chain_default", "lantern on the chain at the default delta")):
             b = a.get(key)
             if b:
                 out.append(f"- {label}: {b['name']}: {_fmt(b.get('speedup_vs_ar'), '.2f')}x vs AR, "
@@ -564,9 +596,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--split", choices=("heldout", "train"), default="heldout",
                     help="emoji preset: captions of unseen emojis (default) or of training emojis (recognisability)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--methods", default="ar,sd,eagle,lantern,lantern++,lantern-chain",
+    ap.add_argument("--methods", default=",".join(METHOD_NAMES),
                     help="comma list of ar, sd, eagle, lantern (default tree, over --deltas x --ks), "
-                    "lantern++ (static tree, over --lams), lantern-chain (sd's chain, over --chain-deltas, largest k)")
+                    "lantern++ (static tree, over --lams), lantern-chain (sd's chain, over --chain-deltas, largest k), "
+                    "sjd and sjd-coupled (no drafter; independent / coupled redrafts), sjd+lantern (coupled, "
+                    "over --sjd-deltas, --default-k)")
+    ap.add_argument("--window", type=int, default=None,
+                    help="SJD window (default: the emoji preset's, else DecodeConfig's 16)")
+    ap.add_argument("--init", default=None, help="SJD draft initialisation: vertical, left or random "
+                    "(default: the emoji preset's, else DecodeConfig's)")
+    ap.add_argument("--sjd-deltas", default=None, help="deltas of sjd+lantern (default: --default-delta)")
     ap.add_argument("--gamma", type=int, default=None,
                     help="chain length of sd and lantern-chain (default: the emoji preset's, else 4)")
     ap.add_argument("--confidence", type=float, default=None,
@@ -610,8 +649,9 @@ def resolve_defaults(args: argparse.Namespace, gpu_preset: bool, preset: str) ->
 
     shown = EMOJI_SETTINGS if preset == EMBEDDED else {
         "cfg_scale": SamplingConfig().cfg_scale, "temperature": SamplingConfig().temperature,
-        "top_k": SamplingConfig().top_k, "gamma": DecodeConfig().gamma, "confidence": DecodeConfig().min_confidence}
-    for name in ("cfg_scale", "temperature", "top_k", "gamma", "confidence"):
+        "top_k": SamplingConfig().top_k, "gamma": DecodeConfig().gamma, "confidence": DecodeConfig().min_confidence,
+        "window": DecodeConfig().window, "init": DecodeConfig().init}
+    for name in ("cfg_scale", "temperature", "top_k", "gamma", "confidence", "window", "init"):
         if getattr(args, name) is None:
             setattr(args, name, shown[name])
     q = args.quick
@@ -629,6 +669,7 @@ def resolve_defaults(args: argparse.Namespace, gpu_preset: bool, preset: str) ->
                                                                      key=int)))
     args.lams = args.lams or ("2" if q else "1.5,2,4")
     args.chain_deltas = args.chain_deltas or dd
+    args.sjd_deltas = args.sjd_deltas or dd
 
 
 def default_preset() -> str:
@@ -720,6 +761,15 @@ def _speed_quality(b: dict | None) -> str:
             + ("" if b.get("acceptable", True) else " — *not acceptable by the rule*"))
 
 
+def _per_pass(b: dict | None) -> str:
+    """Time per target pass, split into drafting, the target's forward and the acceptance logic."""
+    if not b:
+        return "(not in this run)"
+    n = b["nfe"]
+    return (f"per pass {b['target_time'] / n * 1e3:.2f} ms target + {b['draft_time'] / n * 1e3:.2f} ms drafting + "
+            f"{b['accept_time'] / n * 1e3:.2f} ms acceptance, {_fmt(b.get('mean_accepted'), '.2f')} tokens/pass")
+
+
 def docs_section(result: dict[str, Any], rel: str) -> str:
     """The generated results section of docs/benchmarks.md (table, plots, the numbers asked for)."""
     m, a, refs = result["meta"], result.get("analysis", {}), result["references"]
@@ -752,6 +802,11 @@ def docs_section(result: dict[str, Any], rel: str) -> str:
             f"- LANTERN's best speed-up over EAGLE-2 on the same tree: {_speed_quality(a.get('best_over_eagle'))}.",
             f"- Closest to the paper's headline (about 1.8x over EAGLE-2 under sampling): "
             f"{_speed_quality(a.get('closest_to_paper_1_8x_over_eagle'))}.",
+            f"- Drafter-free: {_speed_quality(a.get('sjd_lantern_default'))}; {_per_pass(a.get('sjd_lantern_default'))}.",
+            f"- Drafter-based at the same delta: {_speed_quality(a.get('lantern_chain_default'))}; "
+            f"{_per_pass(a.get('lantern_chain_default'))}.",
+            f"- sjd+lantern over lantern on the chain (median wall times): "
+            f"{_fmt(a.get('sjd_lantern_over_lantern_chain'), '.2f')}x.",
             "",
         ]
     for n in result["notes"]:
