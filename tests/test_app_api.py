@@ -233,3 +233,23 @@ def test_a_preset_that_fails_to_load_leaves_the_embedded_fallback_usable(tmp_pat
         assert "unavailable" in dict((v, k) for k, v in models.choices())["broken-test"]
     finally:
         PRESETS.pop("broken-test", None)
+
+
+def test_a_model_without_its_drafter_offers_the_drafter_free_methods(monkeypatch):
+    import gradio as gr
+
+    from lantern_demo import ui
+    from lantern_demo.pipeline import tiny_random_pipeline
+
+    pipe = tiny_random_pipeline()
+    pipe.drafter, pipe.drafter_missing = None, "the drafter weights are missing (test)"
+    models = ui.Models(["no-drafter"], {"no-drafter": None}, {"no-drafter": pipe}, "no-drafter", torch.device("cpu"))
+    monkeypatch.setattr(ui, "_MODELS", models)
+    values = ui.preset_values("no-drafter")
+    assert (values["method"], values["baseline"]) == ("sjd+lantern", "sjd")
+    assert "No drafter here" in models.notice("no-drafter") and "missing (test)" in models.notice("no-drafter")
+    for method, baseline in (("lantern", "none"), ("sjd+lantern", "sd")):
+        with pytest.raises(gr.Error, match="needs a drafter.*missing \\(test\\).*Choose AR, SJD or SJD\\+LANTERN"):
+            ui.build_request(*_args(model="no-drafter", method=method, baseline=baseline))
+    req = ui.build_request(*_args(model="no-drafter", method="sjd+lantern", baseline="sjd"))
+    assert req.config.shape == req.baseline.shape == "window" and req.config.coupled
