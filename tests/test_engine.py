@@ -77,10 +77,14 @@ def test_sequence_distribution_matches_ar(name):
     for seed in range(runs):
         res = generate(target, drafter, 7, config, n, seed=seed, neighbors=toy_neighbors(vocab))
         counts[tuple(res.tokens.tolist())] += 1
+    assert_follows_law(counts, law, name)
+
+
+def assert_follows_law(counts: dict, law: dict, name: str) -> None:
+    """Chi-square test of sequence counts against the (unnormalised) enumerated law."""
     keys = sorted(law)
-    total = sum(law.values())
-    expected = [law[k] / total * runs for k in keys]
-    stat = chisquare([counts[k] for k in keys], expected)
+    runs, total = sum(counts.values()), sum(law.values())
+    stat = chisquare([counts[k] for k in keys], [law[k] / total * runs for k in keys])
     assert stat.pvalue > 1e-3, (name, stat)
 
 

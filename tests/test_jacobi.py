@@ -10,13 +10,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from lantern_demo.engine import DecodeConfig, generate
 from lantern_demo.jacobi import init_drafts, maximal_coupling, redraft
 from lantern_demo.sampling import SamplingConfig
 from test_acceptance import dirichlet
-from test_engine import exact_sequence_law
+from test_engine import assert_follows_law, exact_sequence_law
 from toy import ToyModel, toy_neighbors
 
 GREEDY = SamplingConfig(cfg_scale=2.0, temperature=0.0)
@@ -128,10 +127,7 @@ def test_sampled_sjd_follows_the_ar_sequence_law(name):
         res = generate(target, None, 7, config, n, seed=seed, neighbors=toy_neighbors(vocab), row_length=2)
         counts[tuple(res.tokens.tolist())] += 1
         accepted += res.stats["accepted_drafts"]
-    keys = sorted(law)
-    total = sum(law.values())
-    stat = chisquare([counts[k] for k in keys], [law[k] / total * runs for k in keys])
-    assert stat.pvalue > 1e-3, (name, stat)
+    assert_follows_law(counts, law, name)
     assert accepted > runs // 2  # many runs took drafts, refilled ones included
 
 
