@@ -171,6 +171,7 @@ def test_drafter_free_sjd_lantern_against_an_sjd_baseline(page):
     page.locator("#jacobi").get_by_text("Jacobi window", exact=False).first.click()  # open the accordion
     page.wait_for_selector("#window input[type=range]", state="visible")
     assert page.locator("#coupled input").is_checked()
+    page.fill("#prompt textarea", "red heart")
     page.click("#generate-btn")
     _wait_done(page, "SJD+LANTERN (δ=")
     log = _log(page)
