@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,7 +30,8 @@ from .sampling import SamplingConfig
 
 
 def tiny_random_pair(
-    seed: int = 0, vocab: int = 512, dim: int = 128, n_layer: int = 4, grid: int = 16, mix: float = 1.0
+    seed: int = 0, vocab: int = 512, dim: int = 128, n_layer: int = 4, grid: int = 16, mix: float = 1.0,
+    **config: Any,
 ) -> tuple[GPT, Drafter, torch.Tensor]:
     """A random LlamaGen-architecture target, a drafter that mimics part of it, and a condition.
 
@@ -38,13 +40,14 @@ def tiny_random_pair(
     next-token logits are mostly lm_head(norm(embed(t))) plus a context-dependent part; the drafter passes its token embedding
     straight through (fc = [I, 0], its layer's writers zeroed), so it predicts
     exactly that bigram part. lm_head is scaled so that distributions are peaked
-    like a trained model's (logit std about 3). Returns (target, drafter, cond
+    like a trained model's (logit std about 3). ``config`` overrides ``GPTConfig``
+    fields (e.g. ``cls_token_num=1``). Returns (target, drafter, cond
     [cls_token_num, caption_dim]).
     """
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=vocab, dim=dim, n_layer=n_layer, n_head=4, ffn_hidden=2 * dim,
-                    cls_token_num=8, caption_dim=32, grid=grid)
+    cfg = GPTConfig(**{**dict(vocab_size=vocab, dim=dim, n_layer=n_layer, n_head=4, ffn_hidden=2 * dim,
+                               cls_token_num=8, caption_dim=32, grid=grid), **config})
     target = GPT(cfg).eval()
     drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
     with torch.no_grad():

@@ -113,6 +113,8 @@ class Drafter(nn.Module):
             key_mask = mask[1:].to(self.device)[None].expand(rows, P - 1).contiguous()
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P - 1, max_tokens,
                              self.dtype, self.device, key_mask)
+        if P == 1:  # a one-entry prefix (class conditioning) leaves the drafter no prefix entry
+            return
         x = self._entries(prefix.embeds[:, 1:].to(self.device), prefix.hidden[:, :-1].to(self.device))
         rope = prefix_rope(cfg, P - 1, self.device)
         attn_mask = self.cache.prefix_mask()

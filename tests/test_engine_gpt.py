@@ -58,3 +58,15 @@ def test_sampled_runs_are_deterministic_and_relaxation_helps(models):
     relaxed_cfg = replace(base, method="lantern", delta=0.5, k=16)
     relaxed = sum(generate(target, drafter, cond, relaxed_cfg, n, seed=s, neighbors=nb).stats["nfe"] for s in range(3))
     assert relaxed < exact
+
+
+@pytest.mark.parametrize("config", CONFIGS[:4], ids=lambda c: f"{c.method}-{c.shape}")
+def test_greedy_equals_ar_with_a_one_entry_prefix(config):
+    """Class conditioning (LlamaGen c2i: one prefix entry) leaves the drafter no prefix entry of its own."""
+    target, drafter, cond = tiny_random_pair(seed=2, grid=8, cls_token_num=1, prefix_rope="identity")
+    nb = build_neighbor_table(target.lm_head.weight.detach()[:, :8], 16)
+    n = target.cfg.grid**2
+    ar = generate(target, None, cond, DecodeConfig("ar", sampling=GREEDY), n)
+    res = generate(target, drafter, cond, replace(config, sampling=GREEDY), n, neighbors=nb)
+    assert res.tokens.tolist() == ar.tokens.tolist()
+    assert 0 < res.stats["accepted_drafts"] < n - 1
