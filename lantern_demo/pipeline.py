@@ -40,7 +40,7 @@ from .gpt import GPT, Caption, GPTConfig
 from .drafter import Drafter
 from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
 from .neighbors import neighbor_table
-from .text import PromptNotice, TextEncoder, WordTextEncoder
+from .text import PromptNotice, TextEncoder, WordTextEncoder, load_text_encoder
 from .vq import VQDecoder
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -243,7 +243,7 @@ def _load(preset: Preset, device: torch.device) -> LanternPipeline:
         drafter_missing = str(err)
     if preset.local_dir is not None:
         vq = VQDecoder.from_pretrained(paths["vq"], preset.grid, device=device)
-        text: TextEncoder = WordTextEncoder.load(paths["text_encoder"], device=device).eval()
+        text: TextEncoder = load_text_encoder(paths["text_encoder"], device=device).eval()
         max_k = 128
     else:
         from .text import T5TextEncoder

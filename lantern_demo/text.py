@@ -17,12 +17,19 @@ Implementations:
   embeddings are zeroed -- the layout LlamaGen's GPT was trained with.
 * :class:`WordTextEncoder` -- a small trainable word-embedding table for our own
   tiny model (an ``nn.Module``, trained jointly with the GPT).
+* :class:`ClassTextEncoder` -- class conditioning in LlamaGen's c2i style for
+  our tiny model: the prompt is matched by its words to one of the classes
+  (emojis) the model was trained on, and that class's learned embedding is the
+  one-position caption.
+
+:func:`load_text_encoder` opens either of our own two formats from a folder.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 import urllib.parse
@@ -39,6 +46,8 @@ __all__ = [
     "TextEncoder",
     "T5TextEncoder",
     "WordTextEncoder",
+    "ClassTextEncoder",
+    "load_text_encoder",
     "build_vocab",
     "clean_caption",
     "left_align",
@@ -59,7 +68,9 @@ class PromptNotice:
     n_tokens: valid positions in the embedding (for T5 including ``</s>``);
     truncated: tokens beyond ``max_length`` were dropped; unknown_words: words
     the vocabulary cannot represent (dropped by the word encoder, mapped to
-    ``<unk>`` by T5); empty: nothing of the prompt's content reached the model.
+    ``<unk>`` by T5); empty: nothing of the prompt's content reached the model;
+    matched: the class a class encoder chose, where it is not what the prompt
+    says word for word (None otherwise).
     """
 
     prompt: str
@@ -68,6 +79,7 @@ class PromptNotice:
     truncated: bool = False
     unknown_words: list[str] = field(default_factory=list)
     empty: bool = False
+    matched: str | None = None
 
     def messages(self) -> list[str]:
         """Human-readable warnings (empty list when nothing to report)."""
@@ -78,6 +90,8 @@ class PromptNotice:
             out.append(f"The prompt is too long and was cut to {self.n_tokens} tokens.")
         if self.unknown_words:
             out.append("Unknown words ignored: " + ", ".join(self.unknown_words))
+        if self.matched is not None:
+            out.append(f"Drawing the closest emoji the model knows: \u201c{self.matched}\u201d.")
         return out
 
 
@@ -389,12 +403,127 @@ class WordTextEncoder(nn.Module):
 
     @classmethod
     def load(cls, directory: str | os.PathLike, device: str | torch.device = "cpu") -> "WordTextEncoder":
-        from safetensors.torch import load_file
+        enc = load_text_encoder(directory, device)
+        if not isinstance(enc, cls):
+            raise ValueError(f"{directory}: not a word text encoder (a {type(enc).__name__})")
+        return enc
 
-        with open(os.path.join(directory, WORD_VOCAB_FILE), encoding="utf-8") as f:
-            meta = json.load(f)
-        if meta.get("format") != _WORD_FORMAT:
-            raise ValueError(f"{directory}: not a word text encoder (format {meta.get('format')!r})")
-        enc = cls(meta["vocab"], dim=meta["dim"], max_length=meta["max_length"])
-        enc.load_state_dict(load_file(os.path.join(directory, WORD_WEIGHTS_FILE)))
-        return enc.to(device)
+
+# ---------------------------------------------------------------------------
+# Class conditioning (LlamaGen c2i style) for our tiny model
+# ---------------------------------------------------------------------------
+
+_CLASS_FORMAT = "lantern-class-text-encoder/1"
+
+
+class ClassTextEncoder(nn.Module):
+    """One learned embedding per class behind :class:`TextEncoder`; prompts pick the class by their words.
+
+    names[c]: the names of class c (e.g. an emoji's name and aliases); stop_words:
+    words that say nothing about the class (the caption templates' "an", "emoji", ...).
+    A prompt's known content words are compared with every name by TF-IDF cosine
+    (word weight ``log(1 + n_names / names containing it)``); the best name's class
+    wins, ties going to the lower class id. ``encode`` gives emb [B, 1, C] (the
+    class embedding) with mask [B, 1]; a prompt without a known content word gives
+    a zero row with mask False (the GPT then uses its unconditional embedding)
+    and an ``empty`` notice. Class ids in ``tokenize`` are ``c + 1`` (0 = none).
+    """
+
+    max_length = 1
+
+    def __init__(self, names: Sequence[Sequence[str]], dim: int = 64, stop_words: Iterable[str] = (),
+                 init_std: float = 0.02):
+        super().__init__()
+        self.names = [[str(n) for n in ns] for ns in names]
+        if not self.names or any(not ns for ns in self.names):
+            raise ValueError("every class needs at least one name")
+        self.stop_words = sorted(set(stop_words))
+        self.dim = int(dim)
+        stop = set(self.stop_words)
+        self._name_words = [(c, frozenset(w for w in split_words(n) if w not in stop))
+                            for c, ns in enumerate(self.names) for n in ns]
+        df = Counter(w for _, ws in self._name_words for w in ws)
+        n_names = len(self._name_words)
+        self._idf2 = {w: math.log1p(n_names / k) ** 2 for w, k in df.items()}
+        self._norm = [math.sqrt(sum(self._idf2[w] for w in ws)) for _, ws in self._name_words]
+        self.known = set(df) | stop
+        self.embedding = nn.Embedding(len(self.names) + 1, self.dim, padding_idx=0)
+        nn.init.normal_(self.embedding.weight, std=init_std)
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
+
+    def match(self, prompt: str) -> tuple[int | None, list[str], list[str]]:
+        """-> (class id or None, the prompt's known content words, its unknown words)."""
+        words = split_words(prompt)
+        unknown = list(dict.fromkeys(w for w in words if w not in self.known))
+        content = list(dict.fromkeys(w for w in words if w in self._idf2))
+        if not content:
+            return None, content, unknown
+        q = set(content)
+        q_norm = math.sqrt(sum(self._idf2[w] for w in q))
+        best, best_score = None, 0.0
+        for (c, ws), norm in zip(self._name_words, self._norm):
+            shared = q & ws
+            if shared:
+                score = sum(self._idf2[w] for w in shared) / (q_norm * norm)
+                if score > best_score + 1e-12:
+                    best, best_score = c, score
+        return best, content, unknown
+
+    def tokenize(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor, list[PromptNotice]]:
+        """-> ids [B, 1] int64 (class + 1, 0 = no class), mask [B, 1] bool, notices."""
+        ids = torch.zeros(len(prompts), 1, dtype=torch.long)
+        notices = []
+        for b, p in enumerate(prompts):
+            c, content, unknown = self.match(p)
+            name = None if c is None else self.names[c][0]
+            exact = c is not None and any(
+                set(content) == set(w for w in split_words(n) if w not in self.stop_words) for n in self.names[c])
+            if c is not None:
+                ids[b, 0] = c + 1
+            notices.append(PromptNotice(prompt=str(p), cleaned=name or "", n_tokens=int(c is not None),
+                                        unknown_words=unknown, empty=c is None,
+                                        matched=None if c is None or exact else name))
+        return ids, ids != 0, notices
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids [B, L] (0 = none) -> emb [B, L, C], zero where there is no class."""
+        return self.embedding(ids) * (ids != 0)[..., None].to(self.embedding.weight.dtype)
+
+    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
+        ids, mask, notices = self.tokenize(prompts)
+        dev = self.embedding.weight.device
+        ids, mask = ids.to(dev), mask.to(dev)
+        return TextEmbedding(self(ids), mask, notices)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json`` (names, stop words)."""
+        from safetensors.torch import save_file
+
+        os.makedirs(directory, exist_ok=True)
+        meta = {"format": _CLASS_FORMAT, "dim": self.dim, "stop_words": self.stop_words, "names": self.names}
+        with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, ensure_ascii=False, indent=0)
+        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
+                  os.path.join(directory, WORD_WEIGHTS_FILE))
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "ClassTextEncoder":
+        return cls(meta["names"], dim=meta["dim"], stop_words=meta["stop_words"])
+
+
+def load_text_encoder(directory: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
+    """A :class:`WordTextEncoder` or :class:`ClassTextEncoder` saved in ``directory`` (by its ``format``)."""
+    from safetensors.torch import load_file
+
+    with open(os.path.join(directory, WORD_VOCAB_FILE), encoding="utf-8") as f:
+        meta = json.load(f)
+    fmt = meta.get("format")
+    if fmt == _WORD_FORMAT:
+        enc: nn.Module = WordTextEncoder(meta["vocab"], dim=meta["dim"], max_length=meta["max_length"])
+    elif fmt == _CLASS_FORMAT:
+        enc = ClassTextEncoder.from_meta(meta)
+    else:
+        raise ValueError(f"{directory}: not a text encoder of ours (format {fmt!r})")
+    enc.load_state_dict(load_file(os.path.join(directory, WORD_WEIGHTS_FILE)))
+    return enc.to(device)

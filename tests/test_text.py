@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from lantern_demo.text import (
+    ClassTextEncoder,
     T5TextEncoder,
     TextEncoder,
     WordTextEncoder,
     build_vocab,
     clean_caption,
     left_align,
+    load_text_encoder,
     split_words,
 )
 
@@ -136,3 +138,43 @@ def test_word_encoder_save_load(tmp_path):
     assert back.vocab == enc.vocab and back.max_length == 5 and back.dim == 6
     a, b = enc.encode(["green apple"]), back.encode(["green apple"])
     assert torch.equal(a.emb, b.emb) and torch.equal(a.mask, b.mask)
+
+
+NAMES = [["red apple", "apple"], ["green apple"], ["red car", "automobile"], ["dog face"], ["dog"]]
+
+
+def test_class_encoder_matches_prompts_by_their_words():
+    enc = ClassTextEncoder(NAMES, dim=8, stop_words=("a", "an", "emoji", "of"))
+    assert isinstance(enc, TextEncoder) and enc.max_length == 1
+    ids, mask, n = enc.tokenize(["an emoji of red apple", "apple", "a green apple", "automobile", "dog",
+                                 "red", "dog face with a hat", "zebra", "", "an emoji"])
+    # class id + 1 per prompt: exact names, an alias, "red" (shared by two names: the tie goes
+    # to the lower class), a name plus unknown words, and three prompts with no content word
+    assert ids[:, 0].tolist() == [1, 1, 2, 3, 5, 1, 4, 0, 0, 0]
+    assert mask[:, 0].tolist() == [True] * 7 + [False] * 3
+    assert [x.matched for x in n[:5]] == [None] * 5  # said word for word: nothing to report
+    assert n[5].matched == "red apple" and any("red apple" in m for m in n[5].messages())
+    assert n[6].unknown_words == ["with", "hat"] and n[6].matched is None  # the known words name it exactly
+    assert n[7].empty and n[7].unknown_words == ["zebra"] and n[7].messages()
+    assert n[8].empty and n[9].empty and n[9].unknown_words == []
+    # the rarer word decides: "red" is in two names, "car" in one
+    assert enc.match("car red")[0] == 2 and enc.match("apple red")[0] == 0
+
+
+def test_class_encoder_embedding_and_save_load(tmp_path):
+    enc = ClassTextEncoder(NAMES, dim=6, stop_words=("an",))
+    out = enc.encode(["red car", "zebra"])
+    assert out.emb.shape == (2, 1, 6) and out.mask.tolist() == [[True], [False]]
+    assert torch.equal(out.emb[0, 0], enc.embedding.weight[3]) and torch.count_nonzero(out.emb[1]) == 0
+    out.emb.sum().backward()
+    assert enc.embedding.weight.grad[0].abs().sum() == 0 and enc.embedding.weight.grad[3].abs().sum() > 0
+    enc.save(tmp_path / "te")
+    back = load_text_encoder(tmp_path / "te")
+    assert isinstance(back, ClassTextEncoder) and back.names == enc.names and back.stop_words == ["an"]
+    assert torch.equal(back.encode(["red car"]).emb, enc.encode(["red car"]).emb)
+    with pytest.raises(ValueError, match="not a word text encoder"):
+        WordTextEncoder.load(tmp_path / "te")
+    WordTextEncoder(["red"], dim=2).save(tmp_path / "we")
+    assert isinstance(load_text_encoder(tmp_path / "we"), WordTextEncoder)
+    with pytest.raises(ValueError, match="every class needs"):
+        ClassTextEncoder([["a"], []])

@@ -39,14 +39,15 @@ SPEC_SETTINGS = (
 TREE = dict(depth=4, top_k=4, total_tokens=16)
 
 
-def load_all(out: Path):
+def load_all(out: Path, drafter: bool = True):
+    """(text encoder, target, drafter or None when ``drafter`` is False, VQ decoder) from a weights folder."""
     from ..checkpoints import load_drafter, load_gpt
-    from ..text import WordTextEncoder
+    from ..text import load_text_encoder
     from ..vq import VQDecoder
 
     gpt = load_gpt(out / "target").eval()
-    drafter = load_drafter(out / "drafter", target=gpt).eval()
-    text = WordTextEncoder.load(out / "text_encoder").eval()
+    drafter = load_drafter(out / "drafter", target=gpt).eval() if drafter else None
+    text = load_text_encoder(out / "text_encoder").eval()
     vq = VQDecoder.from_pretrained(out / "vq", gpt.cfg.grid)
     return text, gpt, drafter, vq
 
