@@ -125,8 +125,8 @@ def test_content_loss_is_cross_entropy_to_the_foreground_histogram():
     assert emb.grad[0, 0].abs().sum() == 0 and emb.grad[0, 1].abs().sum() > 0  # padding gets no gradient
 
 
-@pytest.mark.parametrize("prefix_rope", ["zero", "identity"])
-def test_trained_gpt_reads_the_caption_where_the_image_is_decided(prefix_rope):
+@pytest.mark.parametrize("condition,prefix_rope", [("caption", "zero"), ("caption", "identity"), ("class", "identity")])
+def test_trained_gpt_reads_the_caption_where_the_image_is_decided(condition, prefix_rope):
     """The caption pathway of ``train_gpt`` works: a decision only the caption can make is learnt.
 
     Eight items on a 4x4 grid: six background tokens, then the item's own code to the end. The
@@ -143,7 +143,8 @@ def test_trained_gpt_reads_the_caption_where_the_image_is_decided(prefix_rope):
     idx = np.arange(n)
     small = dict(dim=32, n_layer=2, n_head=2, ffn_hidden=64, grid=4, prefix_rope=prefix_rope)
     gpt, text, _ = train_gpt(ids, captions, idx, idx[:0], vocab_size=16, steps=150, batch=16, lr=3e-3,
-                             config_overrides=small, log=lambda s: None)
+                             config_overrides=small, log=lambda s: None, condition=condition, names=captions)
+    assert gpt.cfg.cls_token_num == (1 if condition == "class" else 16)
     cid, cm, _ = text.tokenize([c[0] for c in captions])
     with torch.no_grad():
         own, _ = gpt.forward_train(text(cid), ids, None, cm)
@@ -153,3 +154,74 @@ def test_trained_gpt_reads_the_caption_where_the_image_is_decided(prefix_rope):
     p_other = other[:, first].float().softmax(-1)[rows, ids[:, first]]
     assert p_own.min() > 0.8, p_own
     assert p_other.max() < 0.1, p_other
+
+
+def _synthetic(names: list[str], emojis: list[str] | None = None) -> emoji_data.EmojiDataset:
+    n = len(names)
+    return emoji_data.EmojiDataset(np.zeros((n, 2, 2, 3), np.uint8), emojis or ["x"] * n, [[m] for m in names],
+                                   [emoji_data.captions_for([m]) for m in names], np.arange(n, dtype=np.uint8) % 2)
+
+
+def test_curate_drops_the_groups_a_prompt_cannot_name():
+    de = "\U0001F1E9\U0001F1EA"
+    names = ["thumbs up", "thumbs up medium skin tone", "germany", "keycap 1", "family man woman boy",
+             "person running", "woman running", "man running", "police officer", "man police officer",
+             "woman police officer", "construction worker", "bowing person", "bowing woman", "man mage",
+             "detective", "woman detective", "kiss", "kiss man man", "technologist person", "technologist woman"]
+    emojis = ["x"] * len(names)
+    emojis[2] = de
+    ds = _synthetic(names, emojis)
+    cur, dropped = emoji_data.curate(ds)
+    assert [n[0] for n in cur.names] == ["thumbs up", "person running", "police officer", "construction worker",
+                                        "bowing person", "man mage", "detective", "kiss", "technologist person"]
+    assert dropped == {"skin tone": 1, "flag": 1, "keycap": 1, "family": 2, "gender": 7}
+    assert set(dropped) == set(emoji_data.CURATION)
+    keep = [names.index(n[0]) for n in cur.names]
+    assert cur.split.tolist() == (np.arange(len(names)) % 2)[keep].tolist()  # splits stay as they were
+
+
+def _tiny_run(tmp_path, **kw):
+    from lantern_demo.train.train_gpt import train_gpt
+
+    ids = torch.randint(0, 16, (6, 16), generator=torch.Generator().manual_seed(1))
+    caps = [[f"thing{i}", f"an emoji of thing{i}"] for i in range(6)]
+    idx = np.arange(6)
+    small = dict(dim=16, n_layer=1, n_head=2, ffn_hidden=32, grid=4)
+    return train_gpt(ids, caps, idx, idx[:0], vocab_size=16, steps=12, batch=4, config_overrides=small,
+                     input_noise=0.1, log=lambda s: None, state_path=tmp_path / "gpt.pt", save_every=5, **kw)
+
+
+def test_gpt_training_resumed_in_chunks_equals_one_run(tmp_path):
+    """Pausing at the time limit and resuming (as ``--time-limit`` / ``--resume`` do) changes no weight."""
+    from lantern_demo.train.resume import Paused
+
+    gpt_a, text_a, m_a = _tiny_run(tmp_path / "a")
+    pauses, resume = [], False
+    while True:
+        try:
+            gpt_b, text_b, m_b = _tiny_run(tmp_path / "b", resume=resume, time_limit=0.0)
+            break
+        except Paused as p:  # a zero time limit stops after one step of every chunk
+            pauses.append(p.step)
+            resume = True
+    assert pauses == list(range(1, 12))
+    for a, b in zip(list(gpt_a.state_dict().values()) + list(text_a.state_dict().values()),
+                    list(gpt_b.state_dict().values()) + list(text_b.state_dict().values())):
+        assert torch.equal(a, b)
+    assert m_b["final_train_loss_ema"] == m_a["final_train_loss_ema"]
+    assert len(m_a["chunks"]) == 1 and [(c["start_step"], c["end_step"]) for c in m_b["chunks"]] == \
+        [(i, i + 1) for i in range(12)]
+    assert all(c["machine"] and c["seconds"] >= 0 for c in m_b["chunks"])
+
+
+def test_resume_refuses_other_settings_or_a_missing_state(tmp_path):
+    from lantern_demo.train.train_gpt import train_gpt
+
+    with pytest.raises(FileNotFoundError, match="no saved training state"):
+        _tiny_run(tmp_path, resume=True)
+    _tiny_run(tmp_path)
+    ids = torch.zeros(6, 16, dtype=torch.long)
+    with pytest.raises(ValueError, match="other settings"):
+        train_gpt(ids, [["a"]] * 6, np.arange(6), np.arange(0), vocab_size=16, steps=13, batch=4,
+                  config_overrides=dict(dim=16, n_layer=1, n_head=2, ffn_hidden=32, grid=4), log=lambda s: None,
+                  state_path=tmp_path / "gpt.pt", resume=True)

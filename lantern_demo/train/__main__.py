@@ -5,6 +5,12 @@ Stages (all seeded): ``data`` (render OpenMoji), ``vq`` (tokenizer), ``gpt``
 (sample grid, metrics, model card). ``--stages vq,gpt`` runs a subset; later
 stages load what earlier ones saved in ``--out``. ``--smoke`` runs every stage
 for a few steps on a handful of images (for tests).
+
+Long stages run in chunks: ``--time-limit 110`` stops the GPT stage after 110
+minutes with its full state saved (``<cache>/resume/gpt.pt``, exit status 3);
+the same command with ``--resume`` continues it exactly where it stopped, and
+then runs the later stages. Every chunk's time and machine go to metrics.json
+and the model card.
 """
 
 from __future__ import annotations
@@ -34,12 +40,16 @@ def main(argv=None) -> int:
     ap.add_argument("--drafter-self-samples", type=int, default=None, metavar="N",
                     help="train the drafter half on N samples of the target (self-distillation; default 0: "
                          "data only, see lantern_demo.train.train_drafter)")
+    ap.add_argument("--resume", action="store_true", help="continue the GPT stage from its saved state")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="MIN",
+                    help="stop the GPT stage after MIN minutes, saving its state (continue with --resume)")
     a = ap.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(a.threads)
     from . import retrain as R
+    from .resume import Paused
 
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
@@ -49,8 +59,13 @@ def main(argv=None) -> int:
     cache = Path(a.cache) if a.cache else default_cache()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
-          drafter_self_samples=a.drafter_self_samples)
+    try:
+        R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
+              drafter_self_samples=a.drafter_self_samples, resume=a.resume,
+              time_limit=None if a.time_limit is None else 60 * a.time_limit)
+    except Paused as p:
+        print(f"{p} (this chunk: {time.time() - t0:.0f}s)", flush=True)
+        return 3
     print(f"done in {time.time() - t0:.0f}s", flush=True)
     return 0
 

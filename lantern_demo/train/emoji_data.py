@@ -87,6 +87,38 @@ def names_for(s: str, data: dict) -> list[str]:
     return out
 
 
+#: Words of the caption templates: they say nothing about which emoji is meant.
+TEMPLATE_WORDS = ("a", "an", "emoji", "icon", "of")
+
+#: Why each dropped group goes (``curate``); the counts of the run are in metrics.json.
+CURATION = {
+    "skin tone": "every name says 'skin tone': the glyph differs from its base emoji only in a colour swatch",
+    "flag": "country and subdivision flags: the names are place names a 64 px glyph cannot tell apart",
+    "keycap": "keycaps: a digit or sign in the same grey square",
+    "family": "'family ...', 'couple with heart ...', 'kiss ...' member variants (the base emoji stays)",
+    "gender": "'man X' / 'woman X' / 'X man' where 'person X', 'X' or 'X person' exists (the person stays)",
+}
+
+
+def dropped_group(s: str, main: str, mains: set[str]) -> str | None:
+    """The ``CURATION`` group emoji ``s`` with main name ``main`` falls in (None: kept); ``mains``: all main names."""
+    if "skin tone" in main:
+        return "skin tone"
+    if _is_flag(s) or (s and ord(s[0]) == 0x1F3F4 and len(s) > 2):
+        return "flag"
+    if "keycap" in main:
+        return "keycap"
+    if re.match(r"(family|couple with heart|kiss) ", main):
+        return "family"
+    g = re.match(r"(?:man|woman|men|women) (.+)", main)
+    if g and any(b in mains for b in (f"person {g[1]}", g[1], f"people {g[1]}")):
+        return "gender"
+    g = re.match(r"(.+) (?:man|woman)$", main)
+    if g and any(b in mains for b in (f"{g[1]} person", f"{g[1]} people")):
+        return "gender"
+    return None
+
+
 def captions_for(names: list[str]) -> list[str]:
     caps: list[str] = []
     for n in names:
@@ -180,6 +212,24 @@ def build(seed: int = DEFAULT_SEED, limit: int | None = None, size: int = IMAGE_
     split[rng.permutation(n)[:n_held]] = 1
     log(f"emoji_data: {n} images ({int(split.sum())} held-out), {skipped} skipped (not one glyph in the font)")
     return EmojiDataset(np.stack(images), emojis, names, [captions_for(x) for x in names], split)
+
+
+def curate(ds: EmojiDataset) -> tuple[EmojiDataset, dict[str, int]]:
+    """The emojis a prompt can name: ``ds`` without the ``CURATION`` groups, and the count dropped per group.
+
+    The rules read each item's main name (aliases often drop the distinguishing
+    word). Splits are kept as they are, so held-out items stay unseen by anything
+    trained on the full training split.
+    """
+    mains = {n[0] for n in ds.names}
+    keep, dropped = [], {k: 0 for k in CURATION}
+    for i, (s, names) in enumerate(zip(ds.emojis, ds.names)):
+        group = dropped_group(s, names[0], mains)
+        if group:
+            dropped[group] += 1
+        else:
+            keep.append(i)
+    return ds.subset(keep), dropped
 
 
 def save(ds: EmojiDataset, out: str | Path, stem: str = "emoji64") -> Path:

@@ -24,14 +24,17 @@ class Settings:
     """Step counts and sizes of one retraining run (``full()`` or ``smoke()``)."""
 
     data_limit: int | None = None
+    curate: bool = True  # keep only the emojis a prompt can name (emoji_data.curate)
     vq_steps: int = 2400
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 1800
+    gpt_steps: int = 7000
     gpt_batch: int = 16
-    gpt_input_noise: float = 0.2  # share of the GPT's input tokens replaced by random codes (train_gpt.corrupt_inputs)
-    gpt_content_weight: float = 1.0  # weight of train_gpt.content_loss
+    gpt_input_noise: float = 0.05  # share of the GPT's input tokens replaced by random codes (train_gpt.corrupt_inputs)
+    gpt_content_weight: float = 0.0  # weight of train_gpt.content_loss
+    gpt_condition: str = "class"  # train_gpt.make_conditioning: "class" (one embedding per emoji) or "caption"
+    gpt_prefix_rope: str = "identity"  # GPTConfig.prefix_rope
     drafter_steps: int = 1200
     drafter_batch: int = 16
     drafter_self_samples: int = 0  # target samples mixed into the drafter's batches (0: data only)
@@ -72,9 +75,15 @@ def stage_data(out: Path, cache: Path, seed: int, s: Settings, log) -> emoji_dat
     stem = "emoji64" if s.data_limit is None else f"emoji64_smoke{s.data_limit}"
     cached = (Path(cache) / f"{stem}.npz").exists()
     ds = emoji_data.load_or_build(cache, seed=seed, limit=s.data_limit, log=log)
+    rendered = len(ds)
+    dropped = None
+    if s.curate:
+        ds, dropped = emoji_data.curate(ds)
+        log(f"emoji_data: curated to {len(ds)} emojis ({int(ds.split.sum())} held-out); dropped {dropped}")
     prev = load_metrics(out).get("data", {})
     update_metrics(out, "data", {
         "render_seconds": prev.get("render_seconds") if cached else round(time.time() - t, 1),
+        "rendered": rendered, "dropped": dropped,
         "images": len(ds), "heldout": int(ds.split.sum()), "captions": sum(len(c) for c in ds.captions),
         "image_size": int(ds.images.shape[1]), "seed": seed, "seconds": round(time.time() - t, 1),
     })
@@ -127,7 +136,10 @@ def token_ids(out: Path, cache: Path, ds, log) -> torch.Tensor:
 
 
 def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = False, log=print,
-        drafter_self_samples: int | None = None) -> dict:
+        drafter_self_samples: int | None = None, resume: bool = False, time_limit: float | None = None) -> dict:
+    """Run ``stages``; returns metrics.json's content. ``resume`` / ``time_limit`` (seconds): see
+    ``lantern_demo.train.resume`` (the GPT stage's state is kept in ``cache/resume/gpt.pt``); when the
+    limit stops a stage, the later stages are not run and ``resume.Paused`` propagates."""
     s = Settings.smoke() if smoke else Settings.full()
     if drafter_self_samples is not None:
         s = replace(s, drafter_self_samples=drafter_self_samples)
@@ -156,7 +168,9 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
         from .train_gpt import stage_gpt
 
         ids = token_ids(out, cache, ds, log)
-        timed("gpt", lambda: stage_gpt(out, ds, ids, seed, s, log))
+        state = cache / "resume" / ("gpt_smoke.pt" if smoke else "gpt.pt")
+        timed("gpt", lambda: stage_gpt(out, ds, ids, seed, s, log, state_path=state, resume=resume,
+                                       time_limit=time_limit))
     if "drafter" in stages:
         from .train_drafter import stage_drafter
 

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import precision
-from .train_gpt import CaptionBank, _param_groups, lr_schedule
+from .train_gpt import _param_groups, bank_for, lr_schedule
 
 DROP_P = 0.25
 REG_WEIGHT = 1.0
@@ -110,7 +110,7 @@ def train_drafter(
     text.eval().requires_grad_(False)
     drafter = make_drafter(gpt)
     drafter.train()
-    bank = CaptionBank(text, captions)
+    bank = bank_for(text, captions, train_idx)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(50, steps // 10))
@@ -173,11 +173,11 @@ def top1_agreement(gpt, drafter, text, ids, cap_ids, cap_mask, batch: int = 64) 
 
 def stage_drafter(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
     from ..checkpoints import load_gpt, save_drafter
-    from ..text import WordTextEncoder
+    from ..text import load_text_encoder
     from .retrain import update_metrics
 
     gpt = load_gpt(out / "target")
-    text = WordTextEncoder.load(out / "text_encoder")
+    text = load_text_encoder(out / "text_encoder")
     samples, sample_seconds = None, None
     if s.drafter_self_samples:
         t = time.time()
@@ -203,7 +203,7 @@ def draw_self_samples(gpt, text, captions: list[list[str]], train_idx: np.ndarra
     g = torch.Generator().manual_seed(seed + 2)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     items = tr[torch.randint(0, len(tr), (n,), generator=g)]
-    cap_ids, cap_mask = CaptionBank(text, captions).sample(items, g)
+    cap_ids, cap_mask = bank_for(text, captions, train_idx).sample(items, g)
     sampling = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
                               temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
     return sample_tokens(gpt, text, cap_ids, cap_mask, sampling, seed=seed + 3, log=log), cap_ids, cap_mask

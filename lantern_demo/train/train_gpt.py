@@ -68,6 +68,55 @@ def make_text_encoder(train_captions: list[str], dim: int = TEXT_DIM, max_length
     return WordTextEncoder(vocab, dim=dim, max_length=max_length, init_std=1.0 / math.sqrt(dim))
 
 
+def make_class_encoder(names: list[list[str]], train_idx: np.ndarray, dim: int = TEXT_DIM):
+    """Class conditioning: class c is training item ``train_idx[c]``, matched by its names."""
+    from ..text import ClassTextEncoder
+    from .emoji_data import TEMPLATE_WORDS
+
+    return ClassTextEncoder([names[i] for i in train_idx], dim=dim, stop_words=TEMPLATE_WORDS,
+                            init_std=1.0 / math.sqrt(dim))
+
+
+class ClassBank:
+    """The class of every item: a training item its own class, any other the class its main caption matches.
+
+    Same interface as :class:`CaptionBank` (ids [B, 1] = class + 1, mask [B, 1]).
+    """
+
+    def __init__(self, text, captions: list[list[str]], train_idx: np.ndarray):
+        ids, _, _ = text.tokenize([c[1] if len(c) > 1 else c[0] for c in captions])
+        ids[torch.as_tensor(train_idx, dtype=torch.long), 0] = torch.arange(len(train_idx)) + 1
+        self.ids = ids
+
+    def sample(self, items: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.first(items)
+
+    def first(self, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self.ids[items]
+        return ids, ids != 0
+
+
+def make_conditioning(condition: str, captions: list[list[str]], names: list[list[str]] | None,
+                      train_idx: np.ndarray):
+    """(text encoder, bank) for ``condition`` "caption" (word encoder, 16 positions) or "class" (1 position)."""
+    if condition == "caption":
+        text = make_text_encoder([c for i in train_idx for c in captions[i]])
+        return text, CaptionBank(text, captions)
+    if condition == "class":
+        if names is None:
+            raise ValueError("class conditioning needs the items' names")
+        text = make_class_encoder(names, train_idx)
+        return text, ClassBank(text, captions, train_idx)
+    raise ValueError(f"condition must be 'caption' or 'class', got {condition!r}")
+
+
+def bank_for(text, captions: list[list[str]], train_idx: np.ndarray):
+    """The bank that matches a loaded text encoder (``CaptionBank`` or ``ClassBank``)."""
+    from ..text import ClassTextEncoder
+
+    return ClassBank(text, captions, train_idx) if isinstance(text, ClassTextEncoder) else CaptionBank(text, captions)
+
+
 class CaptionBank:
     """All phrasings of every item, tokenised once: ids [M, L], owner item of each, per-item ranges."""
 
@@ -166,21 +215,34 @@ def train_gpt(
     eval_batch: int = 64,
     input_noise: float = 0.0,
     content_weight: float = 0.0,
+    condition: str = "caption",
+    names: list[list[str]] | None = None,
+    state_path: Path | None = None,
+    resume: bool = False,
+    time_limit: float | None = None,
+    save_every: int = 200,
 ):
     """Returns (gpt, text_encoder, metrics).
 
     ids [N_items, T] image codes; ``input_noise``: see :func:`corrupt_inputs`; ``content_weight``:
-    weight of :func:`content_loss` (the background code is the most frequent training code).
+    weight of :func:`content_loss` (the background code is the most frequent training code);
+    ``condition``: see :func:`make_conditioning` (``names``: every item's names, for "class").
+    Resumable (``lantern_demo.train.resume``): with ``state_path`` the full state is saved there
+    every ``save_every`` steps; ``resume`` continues from it; after ``time_limit`` seconds of
+    this call the state is saved and ``resume.Paused`` raised.
     """
     from ..gpt import GPT
+    from .resume import Chunks, Paused, load_state, save_state
 
+    t_call = time.time()
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    train_caps = [c for i in train_idx for c in captions[i]]
-    text = make_text_encoder(train_caps)
-    cfg = gpt_config(vocab_size, text.dim, **(config_overrides or {}))
+    text, bank = make_conditioning(condition, captions, names, train_idx)
+    overrides = dict(config_overrides or {})
+    if condition == "class":
+        overrides.setdefault("cls_token_num", 1)
+    cfg = gpt_config(vocab_size, text.dim, **overrides)
     gpt = GPT(cfg)
-    bank = CaptionBank(text, captions)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     modules = [gpt, text]
     if content_weight:
@@ -189,11 +251,36 @@ def train_gpt(
         modules.append(head)
     opt = torch.optim.AdamW(_param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(200, steps // 10))
-    t0 = time.time()
+    settings = {"steps": steps, "batch": batch, "lr": lr, "wd": wd, "seed": seed, "input_noise": input_noise,
+                "content_weight": content_weight, "condition": condition, "items": len(train_idx),
+                "overrides": {k: v for k, v in sorted(overrides.items())}}
+    start, ema, chunks = 0, None, Chunks()
+    if resume and state_path is not None:
+        st = load_state(state_path, settings)
+        for m, sd in zip(modules, st["modules"]):
+            m.load_state_dict(sd)
+        opt.load_state_dict(st["optimizer"])
+        g.set_state(st["generator"])
+        torch.set_rng_state(st["torch_rng"])
+        start, ema = st["step"], st["ema"]
+        chunks = Chunks(done=st["chunks"], start_step=start)
+        log(f"gpt: resumed at step {start}/{steps} ({len(chunks.done)} chunk(s) before, "
+            f"{chunks.seconds:.0f}s of training so far)")
+
+    def save(step: int) -> None:
+        if state_path is not None:
+            save_state(state_path, {"settings": settings, "step": step, "ema": ema,
+                                    "modules": [m.state_dict() for m in modules], "optimizer": opt.state_dict(),
+                                    "generator": g.get_state(), "torch_rng": torch.get_rng_state(),
+                                    "chunks": chunks.close(step)})
+
     gpt.train()
     text.train()
-    ema = aux = None
-    for step in range(steps):
+    aux = None
+    for step in range(start, steps):
+        if time_limit is not None and time.time() - t_call > time_limit and step > start:
+            save(step)
+            raise Paused("gpt", step, steps, state_path)
         for gr in opt.param_groups:
             gr["lr"] = lr_schedule(step, steps, lr, warm)
         items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
@@ -218,25 +305,32 @@ def train_gpt(
         if step % 100 == 0 or step == steps - 1:
             log(f"gpt step {step}/{steps} loss {loss.item():.4f} (ema {ema:.4f})"
                 + (f" content {aux.item():.4f}" if aux is not None else "")
-                + f" lr {lr_schedule(step, steps, lr, warm):.2e} {time.time() - t0:.0f}s")
+                + f" lr {lr_schedule(step, steps, lr, warm):.2e} {chunks.seconds:.0f}s")
+        if (step + 1) % save_every == 0 and step + 1 < steps:
+            save(step + 1)
+    save(steps)
     gpt.eval()
     text.eval()
-    secs = time.time() - t0
     he = torch.as_tensor(heldout_idx, dtype=torch.long)
     rng = np.random.default_rng(seed)
     sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
+    done = chunks.close(steps)
     metrics = {
         "steps": steps,
         "batch": batch,
         "lr": lr,
         "input_noise": input_noise,
         "content_weight": content_weight,
-        "train_seconds": round(secs, 1),
+        "condition": condition,
+        "train_seconds": round(sum(c["seconds"] for c in done), 1),
+        "chunks": done,
         "params_gpt": sum(p.numel() for p in gpt.parameters()),
         "params_text_encoder": sum(p.numel() for p in text.parameters()),
-        "text_vocab": len(text.vocab),
+        "text_vocab": len(getattr(text, "vocab", getattr(text, "known", ()))),
+        "classes": len(getattr(text, "names", ())) or None,
         "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
-                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p")},
+                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p",
+                                                   "prefix_rope")},
         "final_train_loss_ema": ema,
         "final_content_loss": None if aux is None else aux.item(),
     }
@@ -247,14 +341,18 @@ def train_gpt(
     return gpt, text, metrics
 
 
-def stage_gpt(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
+def stage_gpt(out: Path, ds, ids: torch.Tensor, seed: int, s, log, state_path: Path | None = None,
+              resume: bool = False, time_limit: float | None = None):
     from ..checkpoints import save_gpt
     from .retrain import update_metrics
 
     gpt, text, m = train_gpt(ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
                              vocab_size=_codebook_size(out),
                              steps=s.gpt_steps, batch=s.gpt_batch, seed=seed, log=log, eval_batch=s.eval_batch,
-                             input_noise=s.gpt_input_noise, content_weight=s.gpt_content_weight)
+                             input_noise=s.gpt_input_noise, content_weight=s.gpt_content_weight,
+                             condition=s.gpt_condition, names=ds.names,
+                             config_overrides={"prefix_rope": s.gpt_prefix_rope},
+                             state_path=state_path, resume=resume, time_limit=time_limit)
     save_gpt(gpt, out / "target")
     text.save(out / "text_encoder")
     update_metrics(out, "gpt", m)
