@@ -1,0 +1,94 @@
+"""How often samples of training captions show the emoji asked for: the model card's recognition measure.
+
+For ``n`` training emojis (a seeded draw) the prompt "an emoji of <main name>" is
+sampled by AR in batches (``self_samples.sample_tokens``) at the emoji preset's
+CFG scale, temperature and top-k, and once more greedily. Our evaluation encoder
+(``lantern_demo.bench.features``, trained on real images only) embeds every
+decoded sample and every prompt; the draw is cut into consecutive groups of
+``group`` prompts, and a sample is *recognised* when its own prompt is the most
+similar (cosine) within its group. Chance is ``n / group`` recognised.
+
+``python -m lantern_demo.train.recognition --weights assets/emoji`` prints it for a
+folder of weights (the card stage records it in metrics.json and the model card).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+N_PROMPTS = 128
+GROUP = 32
+SEED = 7
+
+
+def prompt_of(captions: list[str]) -> str:
+    """The second caption template of the main name ("an emoji of X"), as the benchmark uses."""
+    return captions[1] if len(captions) > 1 else captions[0]
+
+
+def recognised(image_feats: np.ndarray, text_feats: np.ndarray, group: int) -> np.ndarray:
+    """bool [n]: sample i's own prompt is its most similar within i's group of ``group`` consecutive items."""
+    a = image_feats / np.linalg.norm(image_feats, axis=1, keepdims=True)
+    b = text_feats / np.linalg.norm(text_feats, axis=1, keepdims=True)
+    hit = np.zeros(len(a), dtype=bool)
+    for lo in range(0, len(a), group):
+        sim = a[lo : lo + group] @ b[lo : lo + group].T
+        hit[lo : lo + group] = sim.argmax(1) == np.arange(len(sim))
+    return hit
+
+
+def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, seed: int = SEED,
+            log=print) -> dict:
+    """Recognised samples of ``n`` training captions, sampled and greedy, with chance and the real images'
+    own score (the encoder's ceiling) in the same groups."""
+    from ..pipeline import EMOJI_SETTINGS
+    from ..sampling import SamplingConfig
+    from .self_samples import sample_tokens
+
+    tr = ds.indices("train")
+    idx = np.random.default_rng(seed).choice(tr, size=min(n, len(tr)), replace=False)
+    prompts = [prompt_of(ds.captions[i]) for i in idx]
+    ids, mask, _ = text.tokenize(prompts)
+    text_feats = encoder.embed_texts(prompts)
+    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
+                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
+    out = {"n": len(idx), "group": group, "seed": seed, "chance": len(idx) / group,
+           "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale,
+           "temperature": sampled.temperature, "top_k": sampled.top_k,
+           "real_images": int(recognised(encoder.embed_images(ds.images[idx]), text_feats, group).sum())}
+    with torch.no_grad():
+        for name, sampling in (("sampled", sampled), ("greedy", greedy)):
+            tokens = sample_tokens(gpt, text, ids, mask, sampling, seed=seed, log=lambda m: None)
+            images = vq.decode(tokens).numpy()
+            hits = recognised(encoder.embed_images(images), text_feats, group)
+            out[name] = int(hits.sum())
+            log(f"recognition: {name} {out[name]}/{len(idx)} (chance {out['chance']:.0f}, "
+                f"real images {out['real_images']})")
+    return out
+
+
+def main(argv=None) -> None:
+    from ..bench.features import load as load_encoder
+    from ..bench.features import load_dataset
+    from .card import load_all
+    from .emoji_data import curate
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", default="assets/emoji", help="a folder in the emoji preset's layout")
+    ap.add_argument("--data", default=None, help="dataset folder (default: the benchmark's)")
+    ap.add_argument("-n", type=int, default=N_PROMPTS)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    text, gpt, _, vq = load_all(Path(a.weights), drafter=False)
+    ds = curate(load_dataset(a.data))[0]
+    print(json.dumps(measure(gpt, text, vq, ds, load_encoder(), n=a.n)))
+
+
+if __name__ == "__main__":
+    main()
