@@ -78,8 +78,13 @@ def test_smoke_retrain_end_to_end(tmp_path):
     assert 0 <= saved["card"]["mean_top1_probability"] <= 1
     assert set(saved["timings"]) >= {"data", "vq", "gpt", "drafter", "card"}
     assert m["settings"]["vq_steps"] == retrain.Settings.smoke().vq_steps
+    for draw in ("full", "curated"):
+        r = saved["card"]["recognition"][draw]
+        assert r["n"] == retrain.Settings.smoke().recognition_n and 0 <= r["greedy"] <= r["n"]
+    assert saved["gpt"]["chunks"][0]["end_step"] == retrain.Settings.smoke().gpt_steps
     card = (out / "README.md").read_text()
     assert "CC BY-SA 4.0" in card and "python -m lantern_demo.train" in card
+    assert "recognised, full draw" in card and "ClassTextEncoder" in card and "| 1 | 0-3 |" in card
 
     text, gpt, drafter, vq = load_all(out)
     assert gpt.cfg.vocab_size == vq.codebook_size and gpt.cfg.caption_dim == text.dim
@@ -225,3 +230,18 @@ def test_resume_refuses_other_settings_or_a_missing_state(tmp_path):
         train_gpt(ids, [["a"]] * 6, np.arange(6), np.arange(0), vocab_size=16, steps=13, batch=4,
                   config_overrides=dict(dim=16, n_layer=1, n_head=2, ffn_hidden=32, grid=4), log=lambda s: None,
                   state_path=tmp_path / "gpt.pt", resume=True)
+
+
+def test_recognised_counts_a_sample_only_against_its_own_group():
+    """A sample is recognised when its own prompt is the most similar in its group; other groups do not count."""
+    from lantern_demo.train.recognition import recognised
+
+    text = np.eye(4)
+    image = np.array([[1.0, 0.2, 0, 0], [0, 0.5, 0, 1.0],  # item 1 looks most like prompt 3, then prompt 1
+                      [0, 0, 0.1, 5.0], [0, 0, 0.2, 1.0]])  # item 2 looks like prompt 3 -> missed
+    assert recognised(image, text, group=2).tolist() == [True, True, False, True]
+    assert recognised(image, text, group=4).tolist() == [True, False, False, True]
+    # in groups of one every sample is its own best match, and scale does not matter
+    assert recognised(3 * image, text, group=1).all()
+    shifted = np.roll(text, 1, axis=0)  # every image looks like the previous prompt
+    assert not recognised(shifted, text, group=4).any()

@@ -1,7 +1,7 @@
 """The retraining pipeline behind ``python -m lantern_demo.train`` (stage functions + settings).
 
 Output layout (what ``lantern_demo.pipeline`` loads for the ``emoji`` preset):
-``vq/`` (``VQModel.save_pretrained``), ``text_encoder/`` (``WordTextEncoder.save``),
+``vq/`` (``VQModel.save_pretrained``), ``text_encoder/`` (``ClassTextEncoder.save``),
 ``target/`` (``checkpoints.save_gpt``), ``drafter/`` (``checkpoints.save_drafter``),
 ``metrics.json`` (every stage's measurements), ``samples.png`` and ``README.md``.
 """
@@ -42,6 +42,7 @@ class Settings:
     grid_n: int = 16  # held-out and training captions in the sample grid
     spec_prompts: int = 8  # prompts per speculative setting measured for the card
     spec_settings: int | None = None  # measure only the first n of card.SPEC_SETTINGS
+    recognition_n: int = 128  # training captions of the recognition measure (lantern_demo.train.recognition)
 
     @classmethod
     def full(cls) -> "Settings":
@@ -51,7 +52,7 @@ class Settings:
     def smoke(cls) -> "Settings":
         return cls(data_limit=24, vq_steps=3, vq_batch=4, vq_full_batch=2, gpt_steps=3, gpt_batch=4,
                    drafter_steps=3, drafter_batch=4, eval_batch=8, grid_n=1,
-                   spec_prompts=1, spec_settings=2)
+                   spec_prompts=1, spec_settings=2, recognition_n=4)
 
 
 def _metrics_path(out: Path) -> Path:
@@ -179,7 +180,8 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
     if "card" in stages:
         from .card import stage_card
 
-        timed("card", lambda: stage_card(out, ds, seed, s, log))
+        full = emoji_data.load_or_build(cache, seed=seed, limit=s.data_limit, log=log)
+        timed("card", lambda: stage_card(out, ds, full, seed, s, log))
     m = load_metrics(out)
     m["settings"] = asdict(s)
     _metrics_path(out).write_text(json.dumps(m, indent=2, ensure_ascii=False))
