@@ -331,7 +331,52 @@ def build_vocab(captions: Iterable[str], min_count: int = 1, max_size: int | Non
     return words[:max_size] if max_size is not None else words
 
 
-class WordTextEncoder(nn.Module):
+class _LookupTextEncoder(nn.Module):
+    """An embedding table looked up by the ids of the subclass's ``tokenize`` (0 = nothing, a zero row).
+
+    Subclasses set ``self.dim`` and ``self.embedding`` and define ``tokenize`` and ``_meta``
+    (the JSON that ``load_text_encoder`` rebuilds them from).
+    """
+
+    dim: int
+    embedding: nn.Embedding
+
+    def tokenize(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor, list[PromptNotice]]:
+        raise NotImplementedError
+
+    def _meta(self) -> dict:
+        raise NotImplementedError
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids [B, L] (0 = nothing) -> emb [B, L, C], zero where ids is 0."""
+        return self.embedding(ids) * (ids != 0)[..., None].to(self.embedding.weight.dtype)
+
+    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
+        ids, mask, notices = self.tokenize(prompts)
+        dev = self.embedding.weight.device
+        ids, mask = ids.to(dev), mask.to(dev)
+        return TextEmbedding(self(ids), mask, notices)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json`` (``_meta``)."""
+        from safetensors.torch import save_file
+
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
+            json.dump(self._meta(), f, ensure_ascii=False, indent=0)
+        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
+                  os.path.join(directory, WORD_WEIGHTS_FILE))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, device: str | torch.device = "cpu"):
+        """The encoder saved in ``directory``; an error if it is not a ``cls``."""
+        enc = load_text_encoder(directory, device)
+        if not isinstance(enc, cls):
+            raise ValueError(f"{directory}: not a {cls.__name__} (a {type(enc).__name__})")
+        return enc
+
+
+class WordTextEncoder(_LookupTextEncoder):
     """Trainable word embeddings behind :class:`TextEncoder`.
 
     vocab: list of words (id of ``vocab[i]`` is ``i + 1``; 0 is padding).
@@ -379,44 +424,14 @@ class WordTextEncoder(nn.Module):
             )
         return ids, ids != 0, notices
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """ids [B, L] (0 = pad) -> emb [B, L, C], zero at pads."""
-        return self.embedding(ids) * (ids != 0)[..., None].to(self.embedding.weight.dtype)
+    def _meta(self) -> dict:
+        return {"format": _WORD_FORMAT, "dim": self.dim, "max_length": self.max_length, "vocab": self.vocab}
 
-    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
-        ids, mask, notices = self.tokenize(prompts)
-        dev = self.embedding.weight.device
-        ids, mask = ids.to(dev), mask.to(dev)
-        return TextEmbedding(self(ids), mask, notices)
-
-    # -- persistence --------------------------------------------------------
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json``."""
-        from safetensors.torch import save_file
-
-        os.makedirs(directory, exist_ok=True)
-        meta = {"format": _WORD_FORMAT, "dim": self.dim, "max_length": self.max_length, "vocab": self.vocab}
-        with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
-            json.dump(meta, f, ensure_ascii=False, indent=0)
-        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
-                  os.path.join(directory, WORD_WEIGHTS_FILE))
-
-    @classmethod
-    def load(cls, directory: str | os.PathLike, device: str | torch.device = "cpu") -> "WordTextEncoder":
-        enc = load_text_encoder(directory, device)
-        if not isinstance(enc, cls):
-            raise ValueError(f"{directory}: not a word text encoder (a {type(enc).__name__})")
-        return enc
-
-
-# ---------------------------------------------------------------------------
-# Class conditioning (LlamaGen c2i style) for our tiny model
-# ---------------------------------------------------------------------------
 
 _CLASS_FORMAT = "lantern-class-text-encoder/1"
 
 
-class ClassTextEncoder(nn.Module):
+class ClassTextEncoder(_LookupTextEncoder):
     """One learned embedding per class behind :class:`TextEncoder`; prompts pick the class by their words.
 
     names[c]: the names of class c (e.g. an emoji's name and aliases); stop_words:
@@ -486,33 +501,15 @@ class ClassTextEncoder(nn.Module):
                                         matched=None if c is None or exact else name))
         return ids, ids != 0, notices
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """ids [B, L] (0 = none) -> emb [B, L, C], zero where there is no class."""
-        return self.embedding(ids) * (ids != 0)[..., None].to(self.embedding.weight.dtype)
-
-    def encode(self, prompts: Sequence[str]) -> TextEmbedding:
-        ids, mask, notices = self.tokenize(prompts)
-        dev = self.embedding.weight.device
-        ids, mask = ids.to(dev), mask.to(dev)
-        return TextEmbedding(self(ids), mask, notices)
-
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json`` (names, stop words)."""
-        from safetensors.torch import save_file
-
-        os.makedirs(directory, exist_ok=True)
-        meta = {"format": _CLASS_FORMAT, "dim": self.dim, "stop_words": self.stop_words, "names": self.names}
-        with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
-            json.dump(meta, f, ensure_ascii=False, indent=0)
-        save_file({"embedding.weight": self.embedding.weight.detach().cpu().contiguous()},
-                  os.path.join(directory, WORD_WEIGHTS_FILE))
+    def _meta(self) -> dict:
+        return {"format": _CLASS_FORMAT, "dim": self.dim, "stop_words": self.stop_words, "names": self.names}
 
     @classmethod
     def from_meta(cls, meta: dict) -> "ClassTextEncoder":
         return cls(meta["names"], dim=meta["dim"], stop_words=meta["stop_words"])
 
 
-def load_text_encoder(directory: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
+def load_text_encoder(directory: str | os.PathLike, device: str | torch.device = "cpu") -> _LookupTextEncoder:
     """A :class:`WordTextEncoder` or :class:`ClassTextEncoder` saved in ``directory`` (by its ``format``)."""
     from safetensors.torch import load_file
 
@@ -520,7 +517,7 @@ def load_text_encoder(directory: str | os.PathLike, device: str | torch.device =
         meta = json.load(f)
     fmt = meta.get("format")
     if fmt == _WORD_FORMAT:
-        enc: nn.Module = WordTextEncoder(meta["vocab"], dim=meta["dim"], max_length=meta["max_length"])
+        enc: _LookupTextEncoder = WordTextEncoder(meta["vocab"], dim=meta["dim"], max_length=meta["max_length"])
     elif fmt == _CLASS_FORMAT:
         enc = ClassTextEncoder.from_meta(meta)
     else:

@@ -172,7 +172,7 @@ def test_class_encoder_embedding_and_save_load(tmp_path):
     back = load_text_encoder(tmp_path / "te")
     assert isinstance(back, ClassTextEncoder) and back.names == enc.names and back.stop_words == ["an"]
     assert torch.equal(back.encode(["red car"]).emb, enc.encode(["red car"]).emb)
-    with pytest.raises(ValueError, match="not a word text encoder"):
+    with pytest.raises(ValueError, match="not a WordTextEncoder"):
         WordTextEncoder.load(tmp_path / "te")
     WordTextEncoder(["red"], dim=2).save(tmp_path / "we")
     assert isinstance(load_text_encoder(tmp_path / "we"), WordTextEncoder)
