@@ -179,10 +179,22 @@ def test_curate_drops_the_groups_a_prompt_cannot_name():
     cur, dropped = emoji_data.curate(ds)
     assert [n[0] for n in cur.names] == ["thumbs up", "person running", "police officer", "construction worker",
                                         "bowing person", "man mage", "detective", "kiss", "technologist person"]
-    assert dropped == {"skin tone": 1, "flag": 1, "keycap": 1, "family": 2, "gender": 7}
+    assert dropped == {"skin tone": 1, "flag": 1, "keycap": 1, "family": 2, "gender": 7, "budget": 0}
     assert set(dropped) == set(emoji_data.CURATION)
     keep = [names.index(n[0]) for n in cur.names]
     assert cur.split.tolist() == (np.arange(len(names)) % 2)[keep].tolist()  # splits stay as they were
+
+
+def test_curate_keeps_a_seeded_budget_of_training_emojis_and_every_heldout_one(monkeypatch):
+    monkeypatch.setattr(emoji_data, "CURATED_TRAIN", 3)
+    ds = _synthetic([f"thing {i}" for i in range(12)])  # 6 train (even), 6 held-out (odd)
+    cur, dropped = emoji_data.curate(ds)
+    again, _ = emoji_data.curate(ds)
+    assert dropped["budget"] == 3 and sum(dropped.values()) == 3
+    assert (cur.split == 0).sum() == 3 and (cur.split == 1).sum() == 6
+    assert [n[0] for n in cur.names] == [n[0] for n in again.names]  # the draw is seeded
+    kept_train = {int(n[0].split()[1]) for n, s in zip(cur.names, cur.split) if s == 0}
+    assert kept_train < set(range(0, 12, 2))
 
 
 def _tiny_run(tmp_path, **kw):

@@ -29,7 +29,7 @@ class Settings:
     vq_batch: int = 24
     vq_full_batch: int = 12
     vq_crop_fraction: float = 0.8
-    gpt_steps: int = 7000
+    gpt_steps: int = 4000
     gpt_batch: int = 16
     gpt_input_noise: float = 0.05  # share of the GPT's input tokens replaced by random codes (train_gpt.corrupt_inputs)
     gpt_content_weight: float = 0.0  # weight of train_gpt.content_loss
