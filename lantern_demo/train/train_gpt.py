@@ -38,9 +38,9 @@ often (of 128, given no real rows: 11 -> 11 and 12 -> 19 on two caption sets;
 given 3 or 5 real rows: 18 -> 27, 34 -> 46); held-out NLL rose from 1.23 to
 1.44 nats (the model leans less on the clean prefix).
 
-The v2 run (``retrain.Settings``): class conditioning on the curated set (640 training emojis), 4000 steps
-(about 100 exposures per emoji),
-input noise 0.05, content loss off.
+The v2 run (``retrain.Settings``): class conditioning on the curated set (640
+training emojis), 4000 steps (about 100 exposures per emoji), input noise 0.05,
+content loss off.
 
 AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32
 master weights). Attention is forced onto PyTorch's "math" SDPA backend
