@@ -81,6 +81,7 @@ def test_smoke_retrain_end_to_end(tmp_path):
     for draw in ("full", "curated"):
         r = saved["card"]["recognition"][draw]
         assert r["n"] == retrain.Settings.smoke().recognition_n and 0 <= r["greedy"] <= r["n"]
+        assert 0 <= r["class_ceiling"] <= r["n"]
     assert saved["gpt"]["chunks"][0]["end_step"] == retrain.Settings.smoke().gpt_steps
     card = (out / "README.md").read_text()
     assert "CC BY-SA 4.0" in card and "python -m lantern_demo.train" in card
@@ -242,6 +243,17 @@ def test_resume_refuses_other_settings_or_a_missing_state(tmp_path):
         train_gpt(ids, [["a"]] * 6, np.arange(6), np.arange(0), vocab_size=16, steps=13, batch=4,
                   config_overrides=dict(dim=16, n_layer=1, n_head=2, ffn_hidden=32, grid=4), log=lambda s: None,
                   state_path=tmp_path / "gpt.pt", resume=True)
+
+
+def test_class_answers_give_the_real_image_of_the_mapped_class_or_a_blank():
+    from lantern_demo.text import ClassTextEncoder
+    from lantern_demo.train.recognition import class_answers
+
+    text = ClassTextEncoder([["red heart"], ["grinning face"], ["blue heart"]], dim=4, stop_words=("emoji", "of", "an"))
+    images = np.arange(3, dtype=np.uint8)[:, None, None, None] * np.ones((3, 2, 2, 3), dtype=np.uint8)
+    out = class_answers(text, ["an emoji of blue heart", "grinning face", "zzz", "red heart"], images)
+    assert out.shape == (4, 2, 2, 3) and out.dtype == np.uint8
+    assert [int(x[0, 0, 0]) for x in out] == [2, 1, 255, 0]
 
 
 def test_recognised_counts_a_sample_only_against_its_own_group():

@@ -228,9 +228,11 @@ def write_model_card(out: Path, m: dict) -> None:
         f"{c['machine'].get('cpu_capability', '')}, {c['machine'].get('threads', '')} thread(s) | {c['ended']} |"
         for i, c in enumerate(gpt.get("chunks", []))])
     rec = card.get("recognition", {})
+    ceiling = lambda r: f"; perfect class model {r['class_ceiling']}" if "class_ceiling" in r else ""  # noqa: E731
     recognition_rows = "\n".join(
-        f"| Training captions recognised, {name} draw (sampled / greedy; chance; real images) | "
-        f"{r['sampled']} / {r['greedy']} of {r['n']} (chance {r['chance']:.0f}; real {r['real_images']}) |"
+        f"| Training captions recognised, {name} draw (sampled / greedy; chance; real images"
+        f"{'; perfect class model' if 'class_ceiling' in r else ''}) | "
+        f"{r['sampled']} / {r['greedy']} of {r['n']} (chance {r['chance']:.0f}; real {r['real_images']}{ceiling(r)}) |"
         for name, r in rec.items())
     text = f"""# Embedded default model: tiny class-conditional emoji LlamaGen trained on OpenMoji
 
@@ -352,7 +354,9 @@ Recognition (`lantern_demo.train.recognition`): 128 training emojis (seed 7), th
 only) recognises a sample when its own prompt is the most similar within its group of 32 (chance 4). The
 `full` draw is the measure as it was before curation (from all rendered training emojis, skin-tone and
 flag variants included); the `curated` draw takes the emojis this model is trained on. "real" is the
-encoder's own score on the real images of the same draw: its ceiling.
+encoder's own score on the real images of the same draw: its ceiling. "perfect class model" answers each
+prompt with the real image of the class it is mapped to: the most a class-conditional model that draws every
+class perfectly can score (a prompt whose emoji is not a class gets at best a look-alike).
 
 Sampling for all of these (the app's defaults for this model, `pipeline.EMOJI_SETTINGS`): CFG
 {GRID_SAMPLING['cfg_scale']}, temperature {GRID_SAMPLING['temperature']}, top-k {GRID_SAMPLING['top_k'] or 'off'}.

@@ -15,6 +15,12 @@ full names); ``curated`` takes them from the curated set the model is trained on
 look-alikes are fewer but whose real images the evaluation encoder itself recognises
 less often (its ceiling, ``real_images``, is reported with every number).
 
+For a class-conditional model (``text.ClassTextEncoder``) a second ceiling,
+``class_ceiling``, answers every prompt with the real image of the class the prompt
+is mapped to: what a model that draws each of its classes perfectly would score.
+A prompt whose emoji is not among the classes (a skin-tone or flag variant of the
+``full`` draw, or one left out of the training budget) can at best get a look-alike.
+
 ``python -m lantern_demo.train.recognition --weights assets/emoji`` prints both for a
 folder of weights (the card stage records them in metrics.json and the model card).
 """
@@ -50,10 +56,18 @@ def recognised(image_feats: np.ndarray, text_feats: np.ndarray, group: int) -> n
     return hit
 
 
+def class_answers(text, prompts: list[str], class_images: np.ndarray) -> np.ndarray:
+    """[len(prompts), H, W, 3] uint8: the real image of the class ``text`` (a ``ClassTextEncoder``) maps each
+    prompt to, a blank white image for a prompt that names no class."""
+    blank = np.full_like(class_images[0], 255)
+    return np.stack([blank if c is None else class_images[c] for c in (text.match(p)[0] for p in prompts)])
+
+
 def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, seed: int = SEED,
-            log=print) -> dict:
+            class_images: np.ndarray | None = None, log=print) -> dict:
     """Recognised samples of ``n`` training captions, sampled and greedy, with chance and the real images'
-    own score (the encoder's ceiling) in the same groups."""
+    own score (the encoder's ceiling) in the same groups. ``class_images`` [C, H, W, 3] uint8, the real
+    image of each class of a ``ClassTextEncoder`` ``text``, adds ``class_ceiling`` (module docstring)."""
     from ..pipeline import EMOJI_SETTINGS
     from ..sampling import SamplingConfig
     from .self_samples import sample_tokens
@@ -70,6 +84,9 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
            "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale,
            "temperature": sampled.temperature, "top_k": sampled.top_k,
            "real_images": int(recognised(encoder.embed_images(ds.images[idx]), text_feats, group).sum())}
+    if class_images is not None:
+        answers = class_answers(text, prompts, class_images)
+        out["class_ceiling"] = int(recognised(encoder.embed_images(answers), text_feats, group).sum())
     with torch.no_grad():
         for name, sampling in (("sampled", sampled), ("greedy", greedy)):
             tokens = sample_tokens(gpt, text, ids, mask, sampling, seed=seed, log=lambda m: None)
@@ -82,14 +99,18 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
 
 
 def measure_draws(gpt, text, vq, full_ds, encoder, n: int = N_PROMPTS, log=print) -> dict[str, dict]:
-    """``measure`` on each of ``DRAWS``: {"full": ..., "curated": ...}; ``full_ds`` is the uncurated dataset."""
+    """``measure`` on each of ``DRAWS``: {"full": ..., "curated": ...}; ``full_ds`` is the uncurated dataset.
+    A class model's classes are the curated set's training emojis, in order (``train_gpt.make_class_encoder``)."""
+    from ..text import ClassTextEncoder
     from .emoji_data import curate
 
     sets = {"full": full_ds, "curated": curate(full_ds)[0]}
+    curated = sets["curated"]
+    class_images = curated.images[curated.indices("train")] if isinstance(text, ClassTextEncoder) else None
     out = {}
     for name in DRAWS:
         log(f"recognition: {name} draw")
-        out[name] = measure(gpt, text, vq, sets[name], encoder, n=n, log=log)
+        out[name] = measure(gpt, text, vq, sets[name], encoder, n=n, class_images=class_images, log=log)
     return out
 
 
