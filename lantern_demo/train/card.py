@@ -331,9 +331,11 @@ a slower one.
   teacher-forced on training emojis; the drafter learns EAGLE's feature regression (smooth L1 to the target's
   next hidden state) plus cross-entropy to the target's own next-token distribution; captions dropped with
   probability {dr.get('caption_drop', 'n/a')} so the unconditional CFG row is drafted well too. Self-distillation
-  (half of each batch from the target's own samples, `--drafter-self-samples N`) was measured and did not pay:
-  no more exact-SD tokens per pass, LANTERN's within noise (`lantern_demo/train/train_drafter.py`); with soft
-  targets the drafter already learns the target's distribution, only its prefixes come from data.
+  (half of each batch from the target's own samples, `--drafter-self-samples N`) was measured on the earlier caption-conditioned
+  target and on this one and did not pay: on this target exact SD's tokens per pass went 2.44 -> 2.34 and
+  LANTERN's 2.37 -> 2.52 (16 held-out prompts), far from the speed bar either way
+  (`lantern_demo/train/train_drafter.py`); with soft targets the drafter already learns the target's
+  distribution, only its prefixes come from data.
 
 ## Measurements
 
