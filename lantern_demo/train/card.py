@@ -199,6 +199,16 @@ def _stage_table(d: dict, tm: dict, machines: dict) -> str:
     return "\n".join(rows)
 
 
+def _recognition_row(draw: str, r: dict) -> str:
+    """One row of the measurements table for a ``recognition.measure`` result (its ceilings included)."""
+    labels, values = ["chance", "real images"], [f"chance {r['chance']:.0f}", f"real {r['real_images']}"]
+    if "class_ceiling" in r:
+        labels.append("perfect class model")
+        values.append(f"perfect class model {r['class_ceiling']}")
+    return (f"| Training captions recognised, {draw} draw (sampled / greedy; {'; '.join(labels)}) | "
+            f"{r['sampled']} / {r['greedy']} of {r['n']} ({'; '.join(values)}) |")
+
+
 def write_model_card(out: Path, m: dict) -> None:
     d, vq, gpt, dr, card = (m.get(k, {}) for k in ("data", "vq", "gpt", "drafter", "card"))
     tm = m.get("timings", {})
@@ -228,12 +238,7 @@ def write_model_card(out: Path, m: dict) -> None:
         f"{c['machine'].get('cpu_capability', '')}, {c['machine'].get('threads', '')} thread(s) | {c['ended']} |"
         for i, c in enumerate(gpt.get("chunks", []))])
     rec = card.get("recognition", {})
-    ceiling = lambda r: f"; perfect class model {r['class_ceiling']}" if "class_ceiling" in r else ""  # noqa: E731
-    recognition_rows = "\n".join(
-        f"| Training captions recognised, {name} draw (sampled / greedy; chance; real images"
-        f"{'; perfect class model' if 'class_ceiling' in r else ''}) | "
-        f"{r['sampled']} / {r['greedy']} of {r['n']} (chance {r['chance']:.0f}; real {r['real_images']}{ceiling(r)}) |"
-        for name, r in rec.items())
+    recognition_rows = "\n".join(_recognition_row(name, r) for name, r in rec.items())
     text = f"""# Embedded default model: tiny class-conditional emoji LlamaGen trained on OpenMoji
 
 An image model with exactly the LlamaGen code paths of this demo

@@ -101,7 +101,7 @@ CURATION = {
     "family": "'family ...', 'couple with heart ...', 'kiss ...' member variants (the base emoji stays)",
     "gender": "'man X' / 'woman X' / 'X man' where 'person X', 'X' or 'X person' exists (the person stays)",
     "budget": f"a seeded draw keeps {CURATED_TRAIN} training emojis, so that each is seen about 100 times in "
-              "the GPT's 4000 steps (74 min on one core) (at 35 exposures the class had not bound; at 90+ it had)",
+              "the GPT's 4000 steps, 74 min on one core (at 35 exposures the class had not bound; at 90+ it had)",
 }
 
 
