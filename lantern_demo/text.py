@@ -319,6 +319,11 @@ WORD_WEIGHTS_FILE = "text_encoder.safetensors"
 _WORD_FORMAT = "lantern-word-text-encoder/1"
 
 
+def _strip_vs(text: str) -> str:
+    """``text`` without emoji variation selectors (U+FE0E, U+FE0F)."""
+    return str(text).replace("\ufe0f", "").replace("\ufe0e", "")
+
+
 def split_words(text: str) -> list[str]:
     """Lowercase and split on everything that is not a letter or digit (Unicode-aware)."""
     return _WORD.findall(str(text).lower())
@@ -442,16 +447,23 @@ class ClassTextEncoder(_LookupTextEncoder):
     class embedding) with mask [B, 1]; a prompt without a known content word gives
     a zero row with mask False (the GPT then uses its unconditional embedding)
     and an ``empty`` notice. Class ids in ``tokenize`` are ``c + 1`` (0 = none).
+    symbols[c] (optional): the emoji character(s) of class c; a prompt that contains one picks
+    that class before any word is read (the longest symbol wins; variation selectors are ignored).
     """
 
     max_length = 1
 
     def __init__(self, names: Sequence[Sequence[str]], dim: int = 64, stop_words: Iterable[str] = (),
-                 init_std: float = 0.02):
+                 init_std: float = 0.02, symbols: Sequence[str] | None = None):
         super().__init__()
         self.names = [[str(n) for n in ns] for ns in names]
         if not self.names or any(not ns for ns in self.names):
             raise ValueError("every class needs at least one name")
+        if symbols is not None and len(symbols) != len(self.names):
+            raise ValueError(f"symbols: one per class expected ({len(self.names)}), got {len(symbols)}")
+        self.symbols = None if symbols is None else [str(x) for x in symbols]
+        self._by_symbol = sorted(((_strip_vs(x), c) for c, x in enumerate(self.symbols or []) if _strip_vs(x)),
+                                 key=lambda t: -len(t[0]))
         self.stop_words = sorted(set(stop_words))
         self.dim = int(dim)
         stop = set(self.stop_words)
@@ -469,6 +481,10 @@ class ClassTextEncoder(_LookupTextEncoder):
 
     def match(self, prompt: str) -> tuple[int | None, list[str], list[str]]:
         """-> (class id or None, the prompt's known content words, its unknown words)."""
+        bare = _strip_vs(prompt)
+        for symbol, c in self._by_symbol:
+            if symbol in bare:
+                return c, split_words(self.names[c][0]), []
         words = split_words(prompt)
         unknown = list(dict.fromkeys(w for w in words if w not in self.known))
         content = list(dict.fromkeys(w for w in words if w in self._idf2))
@@ -502,11 +518,12 @@ class ClassTextEncoder(_LookupTextEncoder):
         return ids, ids != 0, notices
 
     def _meta(self) -> dict:
-        return {"format": _CLASS_FORMAT, "dim": self.dim, "stop_words": self.stop_words, "names": self.names}
+        meta = {"format": _CLASS_FORMAT, "dim": self.dim, "stop_words": self.stop_words, "names": self.names}
+        return meta if self.symbols is None else {**meta, "symbols": self.symbols}
 
     @classmethod
     def from_meta(cls, meta: dict) -> "ClassTextEncoder":
-        return cls(meta["names"], dim=meta["dim"], stop_words=meta["stop_words"])
+        return cls(meta["names"], dim=meta["dim"], stop_words=meta["stop_words"], symbols=meta.get("symbols"))
 
 
 def load_text_encoder(directory: str | os.PathLike, device: str | torch.device = "cpu") -> _LookupTextEncoder:

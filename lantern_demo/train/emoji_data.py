@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import emoji_styles
+
 #: Required by OpenMoji's licence; shown in the UI and the model card.
 ATTRIBUTION = (
     "All emojis designed by OpenMoji – the open-source emoji and icon project. "
@@ -313,3 +315,139 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ----------------------------------------------------------------------------------------------
+# v3: several styles per emoji (lantern_demo.train.emoji_styles)
+
+#: Least number of styles an emoji must be drawn in to be kept.
+MIN_STYLES = 5
+#: Emojis kept by ``build_styled``: the ``REQUIRED`` ones, then those with the shortest main names
+#: (what people type: "dog", "apple", "fire" before "man in steamy room"), ties in a seeded order.
+STYLED_BUDGET = 512
+#: Emojis the app's example prompts draw: they must be in the set.
+REQUIRED = ("😀", "❤️", "🚀", "🐱", "☀️", "🍕", "😎", "🌳")
+#: Unicode groups (as the Twemoji pack's metadata names them) an everyday prompt can name.
+GROUPS = ("Smileys & Emotion", "People & Body", "Animals & Nature", "Food & Drink", "Travel & Places",
+          "Activities", "Objects", "Symbols")
+
+
+def name_keys() -> dict[str, str]:
+    """Icon-style names ("grinning-face", also every alias) -> code point key, from the ``emoji`` package."""
+    import emoji
+
+    out: dict[str, str] = {}
+    for s, v in emoji.EMOJI_DATA.items():
+        for n in [v["en"]] + list(v.get("alias", [])):
+            out.setdefault(n.strip(":").lower().replace("_", "-").replace(" ", "-").replace("’", ""),
+                           emoji_styles.key_of(s))
+    return out
+
+
+def _groups_by_key(cache: Path) -> dict[str, str]:
+    """Code point key -> Unicode group, read from the Twemoji pack's metadata and code point map."""
+    folder = emoji_styles.fetch(next(s for s in emoji_styles.STYLES if s.name == "twemoji"), cache)
+    chars = json.loads((folder / "chars.json").read_text())
+    by_name = {n: k for k, n in chars.items()}
+    out: dict[str, str] = {}
+    for group, icons in json.loads((folder / "metadata.json").read_text())["categories"].items():
+        for n in icons:
+            if n in by_name:
+                out.setdefault(emoji_styles._key_of_hex(by_name[n]), group)
+    return out
+
+
+@dataclass
+class StyledDataset:
+    """Renditions of a set of emojis in several styles.
+
+    images uint8 [M, V, H, W, 3]: per emoji and style, the canonical rendition (variant 0: normalised
+    on white, ``emoji_styles.normalise``) and V - 1 augmented ones (``AUGMENT``),
+    item int [M] (index into ``emojis``), style int [M] (index into ``emoji_styles.STYLES``),
+    heldout bool [M] (renditions kept out of the GPT's training, for its held-out NLL);
+    per emoji (E): ``emojis`` (strings), ``names`` (main name first), ``captions``.
+    """
+
+    images: np.ndarray
+    item: np.ndarray
+    style: np.ndarray
+    heldout: np.ndarray
+    emojis: list[str]
+    names: list[list[str]]
+    captions: list[list[str]]
+
+
+#: Training-time augmentation of a rendition: the content's scale (relative to the normalised size)
+#: and its shift in output pixels along x and y, each drawn uniformly.
+AUGMENT = {"scale": (0.85, 1.0), "shift": 2.5}
+
+
+def variants_of(rgba: np.ndarray, n: int, rng: np.random.Generator, size: int = IMAGE_SIZE) -> list[np.ndarray] | None:
+    """The canonical rendition of ``rgba`` and ``n - 1`` augmented ones (``AUGMENT``); None if nothing is visible."""
+    first = emoji_styles.normalise(rgba, size)
+    if first is None:
+        return None
+    out = [first]
+    for _ in range(n - 1):
+        scale = rng.uniform(*AUGMENT["scale"])
+        shift = tuple(rng.uniform(-AUGMENT["shift"], AUGMENT["shift"], 2))
+        out.append(emoji_styles.normalise(rgba, size, scale=scale, shift=shift))
+    return out
+
+
+def build_styled(cache: Path, seed: int = DEFAULT_SEED, budget: int = STYLED_BUDGET, size: int = IMAGE_SIZE,
+                 variants: int = 4, log=print) -> tuple[StyledDataset, dict[str, int]]:
+    """Render every kept emoji in every style that draws it; returns the dataset and the count dropped per reason.
+
+    Kept: fully-qualified emojis of ``GROUPS`` that at least ``MIN_STYLES`` styles draw and that no
+    ``CURATION`` rule drops; of these, ``budget`` by the rule of ``STYLED_BUDGET``.
+    """
+    import emoji
+
+    packs = {s.name: emoji_styles.style_svgs(s, cache, name_keys()) for s in emoji_styles.STYLES}
+    groups = _groups_by_key(cache)
+    fq: dict[str, str] = {}
+    for s in sorted(emoji.EMOJI_DATA):
+        if emoji.EMOJI_DATA[s].get("status") == emoji.STATUS["fully_qualified"]:
+            fq.setdefault(emoji_styles.key_of(s), s)
+    mains = {clean_name(emoji.EMOJI_DATA[s]["en"]) for s in fq.values()}
+    dropped = {k: 0 for k in ("group", "styles", *CURATION)}
+    keep: list[str] = []
+    for key, s in fq.items():
+        reason = dropped_group(s, clean_name(emoji.EMOJI_DATA[s]["en"]), mains)
+        if reason is None and groups.get(key) not in GROUPS:
+            reason = "group"
+        if reason is None and sum(key in p for p in packs.values()) < MIN_STYLES:
+            reason = "styles"
+        if reason:
+            dropped[reason] += 1
+        else:
+            keep.append(s)
+    required = [s for s in keep if emoji_styles.key_of(s) in {emoji_styles.key_of(r) for r in REQUIRED}]
+    if len(required) != len(REQUIRED):
+        raise RuntimeError(f"required emojis missing after curation: {set(REQUIRED) - set(required)}")
+    rest = [s for s in keep if s not in required]
+    rng = np.random.default_rng(seed)
+    tie = rng.permutation(len(rest))
+    order = sorted(range(len(rest)), key=lambda i: (len(clean_name(emoji.EMOJI_DATA[rest[i]]["en"]).split()), tie[i]))
+    pick = sorted(order[: max(0, budget - len(required))])
+    dropped["budget"] = len(rest) - len(pick)
+    chosen = required + [rest[i] for i in pick]
+    images, item, style = [], [], []
+    for e, s in enumerate(chosen):
+        for si, st in enumerate(emoji_styles.STYLES):
+            svg = packs[st.name].get(emoji_styles.key_of(s))
+            ims = None if svg is None else variants_of(emoji_styles.rasterise(svg), variants, rng, size)
+            if ims is not None:
+                images.append(np.stack(ims))
+                item.append(e)
+                style.append(si)
+    m = len(images)
+    heldout = np.zeros(m, bool)
+    heldout[rng.permutation(m)[: int(round(HELDOUT_FRACTION * m))]] = True
+    names = [names_for(s, emoji.EMOJI_DATA[s]) for s in chosen]
+    ds = StyledDataset(np.stack(images), np.array(item), np.array(style), heldout, chosen, names,
+                       [captions_for(n) for n in names])
+    log(f"emoji_data: {len(chosen)} emojis, {m} renditions in {len(emoji_styles.STYLES)} styles "
+        f"({int(heldout.sum())} held out); dropped {dropped}")
+    return ds, dropped

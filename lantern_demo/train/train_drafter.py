@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import precision
-from .train_gpt import _param_groups, bank_for, lr_schedule
+from .train_gpt import ClassBank, _param_groups, bank_for, lr_schedule
 
 DROP_P = 0.25
 REG_WEIGHT = 1.0
@@ -101,9 +101,11 @@ def train_drafter(
     log=print,
     eval_batch: int = 64,
     self_samples: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    row_class: np.ndarray | None = None,
 ):
     """Returns (drafter, metrics). ``gpt`` and ``text`` are frozen.
 
+    row_class: the class of every row of ``ids`` when rows are renditions (``train_gpt.ClassBank.of_classes``).
     self_samples: the target's own samples ``(ids [M, N], cap_ids [M, L], cap_mask [M, L])``
     (``self_samples.sample_tokens``); when given, half of every batch comes from them and
     half from the data ``ids``.
@@ -114,7 +116,7 @@ def train_drafter(
     text.eval().requires_grad_(False)
     drafter = make_drafter(gpt)
     drafter.train()
-    bank = bank_for(text, captions, train_idx)
+    bank = bank_for(text, captions, train_idx) if row_class is None else ClassBank.of_classes(row_class)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(50, steps // 10))

@@ -81,13 +81,16 @@ def make_text_encoder(train_captions: list[str], dim: int = TEXT_DIM, max_length
     return WordTextEncoder(vocab, dim=dim, max_length=max_length, init_std=1.0 / math.sqrt(dim))
 
 
-def make_class_encoder(names: list[list[str]], train_idx: np.ndarray, dim: int = TEXT_DIM):
-    """Class conditioning: class c is training item ``train_idx[c]``, matched by its names."""
+def make_class_encoder(names: list[list[str]], train_idx: np.ndarray, dim: int = TEXT_DIM,
+                       symbols: list[str] | None = None):
+    """Class conditioning: class c is training item ``train_idx[c]``, matched by its names (and by its
+    emoji character ``symbols[train_idx[c]]`` when given)."""
     from ..text import ClassTextEncoder
     from .emoji_data import TEMPLATE_WORDS
 
     return ClassTextEncoder([names[i] for i in train_idx], dim=dim, stop_words=TEMPLATE_WORDS,
-                            init_std=1.0 / math.sqrt(dim))
+                            init_std=1.0 / math.sqrt(dim),
+                            symbols=None if symbols is None else [symbols[i] for i in train_idx])
 
 
 class ClassBank:
@@ -101,6 +104,13 @@ class ClassBank:
         ids[torch.as_tensor(train_idx, dtype=torch.long), 0] = torch.arange(len(train_idx)) + 1
         self.ids = ids
 
+    @classmethod
+    def of_classes(cls, row_class: np.ndarray) -> "ClassBank":
+        """A bank whose row r is class ``row_class[r]`` (several rows per class: renditions of one emoji)."""
+        bank = cls.__new__(cls)
+        bank.ids = torch.as_tensor(np.asarray(row_class), dtype=torch.long)[:, None] + 1
+        return bank
+
     def sample(self, items: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return self.first(items)
 
@@ -110,8 +120,17 @@ class ClassBank:
 
 
 def make_conditioning(condition: str, captions: list[list[str]], names: list[list[str]] | None,
-                      train_idx: np.ndarray):
-    """(text encoder, bank) for ``condition`` "caption" (word encoder, 16 positions) or "class" (1 position)."""
+                      train_idx: np.ndarray, row_class: np.ndarray | None = None, symbols: list[str] | None = None):
+    """(text encoder, bank) for ``condition`` "caption" (word encoder, 16 positions) or "class" (1 position).
+
+    ``row_class`` (class conditioning only): the class of every row, when rows are renditions and
+    ``names`` (and ``symbols``, the emoji characters) list one entry per class; otherwise every
+    training row is its own class.
+    """
+    if row_class is not None:
+        if condition != "class" or names is None:
+            raise ValueError("row_class needs condition 'class' and one names entry per class")
+        return make_class_encoder(names, np.arange(len(names)), symbols=symbols), ClassBank.of_classes(row_class)
     if condition == "caption":
         text = make_text_encoder([c for i in train_idx for c in captions[i]])
         return text, CaptionBank(text, captions)
@@ -234,6 +253,8 @@ def train_gpt(
     resume: bool = False,
     time_limit: float | None = None,
     save_every: int = 200,
+    row_class: np.ndarray | None = None,
+    symbols: list[str] | None = None,
 ):
     """Returns (gpt, text_encoder, metrics).
 
@@ -250,7 +271,7 @@ def train_gpt(
     t_call = time.time()
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    text, bank = make_conditioning(condition, captions, names, train_idx)
+    text, bank = make_conditioning(condition, captions, names, train_idx, row_class, symbols)
     overrides = dict(config_overrides or {})
     if condition == "class":
         overrides.setdefault("cls_token_num", 1)

@@ -166,6 +166,24 @@ def evaluate(vq, images_u8: np.ndarray, background: int | None = None) -> dict:
     }
 
 
+def quantise_l2(z: torch.Tensor, codebook: torch.Tensor, beta: float = 0.25):
+    """LlamaGen's quantiser: nearest code by cosine, latents and codes L2-normalised.
+
+    z [B, D, h, w] encoder latents, codebook [V, D] (raw). Returns (q [B, D, h, w] with a
+    straight-through gradient, codebook + beta * commitment loss, ids [B * h * w]). Saving the
+    codebook row-normalised makes diffusers' plain L2 lookup pick the same ids (for unit codes,
+    argmin |z - e| = argmax z.e) and decode the same latents.
+    """
+    b, d, h, w = z.shape
+    zf = F.normalize(z.permute(0, 2, 3, 1).reshape(-1, d), dim=-1)
+    e = F.normalize(codebook, dim=-1)
+    ids = (zf @ e.T).argmax(-1)
+    q = e[ids]
+    loss = F.mse_loss(q, zf.detach()) + beta * F.mse_loss(zf, q.detach())
+    q = zf + (q - zf).detach()
+    return q.view(b, h, w, d).permute(0, 3, 1, 2), loss, ids
+
+
 def train_vq(
     images_u8: np.ndarray,
     heldout_u8: np.ndarray | None,
@@ -181,8 +199,13 @@ def train_vq(
     amp: bool = True,
     log=print,
     config_overrides: dict | None = None,
+    l2_codes: bool = True,
 ):
-    """Train and (if ``out_dir``) save with ``save_pretrained`` (safetensors). Returns (vq, metrics)."""
+    """Train and (if ``out_dir``) save with ``save_pretrained`` (safetensors). Returns (vq, metrics).
+
+    images_u8 uint8 [N, H, W, 3]. ``l2_codes``: LlamaGen's code design (:func:`quantise_l2`; the saved
+    codebook rows are unit vectors); otherwise diffusers' plain L2 ``VectorQuantizer``.
+    """
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     vq = make_vq(**(config_overrides or {}))
@@ -222,7 +245,10 @@ def train_vq(
                 flat = z.permute(0, 2, 3, 1).reshape(-1, z.shape[1])
                 pick = torch.randint(0, flat.shape[0], (K,), generator=g)
                 codebook.data.copy_(flat[pick] + 0.01 * torch.randn(K, flat.shape[1], generator=g))
-        q, qloss, (_, _, ids) = vq.quantize(z)
+        if l2_codes:
+            q, qloss, ids = quantise_l2(z, codebook)
+        else:
+            q, qloss, (_, _, ids) = vq.quantize(z)
         rec = _decode_quant(vq, q, amp)
         l1 = (rec - x).abs().mean()
         l2 = F.mse_loss(rec, x)
@@ -248,7 +274,10 @@ def train_vq(
                 f"psnr(batch) {p:.2f} restarts {restarts} {time.time() - t0:.0f}s"
             )
     vq.eval()
-    metrics = {"steps": steps, "crop_steps": crop_steps, "crop": crop, "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1), "dead_code_restarts": restarts}
+    if l2_codes:
+        with torch.no_grad():
+            codebook.data.copy_(F.normalize(codebook.data, dim=-1))
+    metrics = {"steps": steps, "l2_codes": l2_codes, "codebook_size": K, "crop_steps": crop_steps, "crop": crop, "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1), "dead_code_restarts": restarts}
     if heldout_u8 is not None and len(heldout_u8):
         metrics["heldout"] = evaluate(vq, heldout_u8)
         log(f"vq held-out: {metrics['heldout']}")
