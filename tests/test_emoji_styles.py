@@ -120,3 +120,20 @@ def test_smoke_styled_dataset_needs_no_registry_and_is_seeded(tmp_path):
     assert (np.bincount(a.item) == len(emoji_styles.STYLES)).all()
     assert 1 <= a.heldout.sum() < m and dropped["styles"] == 0
     assert not (a.images[:, 0] == a.images[:, 1]).all()  # variants differ from the canonical rendition
+
+
+def test_eval_encoder_training_set_holds_one_style_out(tmp_path):
+    from lantern_demo.bench import features
+    from lantern_demo.train import emoji_data
+
+    data = features.styled_set(tmp_path, "noto", smoke=True)
+    ds, _ = emoji_data.load_or_build_styled(tmp_path, smoke=True)
+    n_styles, n_emojis = len(emoji_styles.STYLES), len(emoji_data.REQUIRED)
+    assert len(data.check_texts) == n_emojis and len(data.images) == (n_styles - 1) * n_emojis * 4
+    noto = ds.images[ds.style == emoji_styles.STYLE_NAMES.index("noto"), 0]
+    assert (data.check_images == noto).all()
+    assert not any((data.images == im).all((1, 2, 3)).any() for im in noto)
+    with pytest.raises(ValueError, match="held_style"):
+        features.styled_set(tmp_path, "apple", smoke=True)
+    model, report = features.train(data, tmp_path / "enc", epochs=1, batch=16, log=lambda m: None)
+    assert report["retrieval_ways"] == n_emojis and "noto held out" in report["data"]
