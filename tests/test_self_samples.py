@@ -57,19 +57,20 @@ def test_first_token_follows_the_guided_distribution(target_and_captions):
 def test_drafter_trains_on_self_samples(target_and_captions):
     """The self-distillation option: samples of the target go into the drafter's batches."""
     from lantern_demo.train.train_drafter import draw_self_samples, train_drafter
-    from lantern_demo.train.train_gpt import make_text_encoder
+    from lantern_demo.train.train_gpt import CaptionBank, make_text_encoder
 
     target, _, _ = target_and_captions
     captions = [["a red heart", "heart"], ["a cat face"], ["flag of japan", "japan"]]
     text = make_text_encoder([c for caps in captions for c in caps], dim=target.cfg.caption_dim,
                              max_length=target.cfg.cls_token_num)
     train_idx = np.array([0, 1, 2])
-    samples = draw_self_samples(target, text, captions, train_idx, 5, seed=0, log=lambda m: None)
+    bank = CaptionBank(text, captions)
+    samples = draw_self_samples(target, text, bank, train_idx, 5, seed=0, log=lambda m: None)
     ids, cap_ids, cap_mask = samples
     assert ids.shape == (5, target.cfg.grid**2) and cap_ids.shape == cap_mask.shape == (5, target.cfg.cls_token_num)
     assert int(ids.max()) < target.cfg.vocab_size and bool(cap_mask.any(1).all())
     data = torch.randint(0, target.cfg.vocab_size, (3, target.cfg.grid**2), generator=torch.Generator().manual_seed(0))
-    drafter, m = train_drafter(target, text, data, captions, train_idx, np.array([], dtype=np.int64), steps=2,
+    drafter, m = train_drafter(target, text, data, bank, train_idx, np.array([], dtype=np.int64), steps=2,
                                batch=4, log=lambda s: None, self_samples=samples)
     assert "5 samples of the target" in m["method"]
     assert drafter.fc.weight.abs().sum() > 0

@@ -56,41 +56,49 @@ def test_attribution_text():
 
 
 def test_smoke_retrain_end_to_end(tmp_path):
-    """Every stage for a few steps on a handful of images; the outputs load through the app's loaders."""
+    """Every stage for a few steps on the shipped smoke sources (no registry); the outputs load through
+    the app's loaders."""
     from lantern_demo.engine import DecodeConfig, generate
     from lantern_demo.sampling import SamplingConfig
     from lantern_demo.train import retrain
-    from lantern_demo.train.card import load_all
+    from lantern_demo.train.card import SPEC_SETTINGS, load_all
 
     torch.set_num_threads(1)
     out, cache = tmp_path / "emoji", tmp_path / "cache"
     t = time.time()
-    m = retrain.run(out, cache, ["data", "vq", "gpt", "drafter", "card"], seed=0, smoke=True, log=lambda s: None)
-    assert time.time() - t < 60
+    m = retrain.run(out, cache, ["data", "vq", "gpt", "drafter", "eval", "card"], seed=0, smoke=True,
+                    log=lambda s: None)
+    assert time.time() - t < 120
     for p in ("vq/config.json", "vq/diffusion_pytorch_model.safetensors", "target/config.json",
               "target/model.safetensors", "drafter/config.json", "drafter/model.safetensors",
               "text_encoder/vocab.json", "text_encoder/text_encoder.safetensors", "README.md",
-              "samples.png", "metrics.json"):
+              "samples.png", "metrics.json", "ATTRIBUTION.md", "eval/eval_encoder.safetensors"):
         assert (out / p).is_file(), p
     saved = json.loads((out / "metrics.json").read_text())
-    assert saved["vq"]["heldout"]["psnr_mean"] > 0
+    smoke = retrain.Settings.smoke_run()
+    assert saved["data"]["emojis"] == len(emoji_data.REQUIRED) and saved["data"]["variants"] == smoke.variants
+    assert saved["vq"]["heldout"]["psnr_mean"] > 0 and saved["vq"]["l2_codes"]
     assert saved["gpt"]["heldout_nll"] > 0 and saved["gpt"]["train_nll"] > 0
-    assert 0 <= saved["card"]["mean_top1_probability"] <= 1
-    assert set(saved["timings"]) >= {"data", "vq", "gpt", "drafter", "card"}
-    assert m["settings"]["vq_steps"] == retrain.Settings.smoke().vq_steps
-    for draw in ("full", "curated"):
-        r = saved["card"]["recognition"][draw]
-        assert r["n"] == retrain.Settings.smoke().recognition_n and 0 <= r["greedy"] <= r["n"]
-        assert 0 <= r["class_ceiling"] <= r["n"]
-    assert saved["gpt"]["chunks"][0]["end_step"] == retrain.Settings.smoke().gpt_steps
-    card = (out / "README.md").read_text()
-    assert "CC BY-SA 4.0" in card and "python -m lantern_demo.train" in card
-    assert "recognised, full draw" in card and "ClassTextEncoder" in card and "| 1 | 0-3 |" in card
+    assert saved["gpt"]["classes"] == len(emoji_data.REQUIRED)
+    assert saved["drafter"]["self_samples"] == smoke.drafter_self_samples
+    card = saved["card"]
+    assert 0 <= card["mean_top1_probability"] <= 1
+    assert sum(card["top1_histogram"]["all"]) == smoke.spec_prompts * 256
+    assert [r["setting"] for r in card["speculative"]] == [label for label, _ in SPEC_SETTINGS[: smoke.spec_settings]]
+    r = card["recognition"]
+    assert r["n"] == smoke.recognition_n and r["held_style"] == smoke.eval_style
+    assert 0 <= r["greedy"] <= r["n"] and 0 <= r["relaxed"] <= r["n"] and 0 <= r["real_images"] <= r["n"]
+    assert card["diversity"]["samples"] >= 0 and card["diversity"]["real_renditions"] > 0
+    assert set(saved["timings"]) >= {"data", "vq", "gpt", "drafter", "eval", "card"}
+    assert m["settings"]["vq_steps"] == smoke.vq_steps
+    assert saved["gpt"]["chunks"][0]["end_step"] == smoke.gpt_steps
+    readme = (out / "README.md").read_text()
+    assert "CC BY-SA 4.0" in readme and "python -m lantern_demo.train" in readme and "Twemoji" in readme
 
     text, gpt, drafter, vq = load_all(out)
-    assert gpt.cfg.vocab_size == vq.codebook_size and gpt.cfg.caption_dim == text.dim
-    e = text.encode(["an emoji of zzzunknownword"])
-    assert e.notices[0].unknown_words == ["zzzunknownword"]
+    assert gpt.cfg.vocab_size == vq.codebook_size == smoke.vq_codes and gpt.cfg.caption_dim == text.dim
+    e = text.encode(["an emoji of zzzunknownword", "\U0001F680"])
+    assert e.notices[0].unknown_words == ["zzzunknownword"] and e.notices[1].cleaned == "rocket"
     from lantern_demo.gpt import Caption
 
     r = generate(gpt, drafter, Caption(e.emb[0], e.mask[0]), DecodeConfig(method="sd", draft="chain", gamma=2,

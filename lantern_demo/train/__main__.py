@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-STAGES = ("data", "vq", "gpt", "drafter", "card")
+STAGES = ("data", "vq", "gpt", "drafter", "eval", "card")
 
 
 def default_cache() -> Path:

@@ -494,14 +494,15 @@ def save_styled(ds: StyledDataset, dropped: dict[str, int], out: Path, stem: str
     (out / f"{stem}.json").write_text(json.dumps(meta, ensure_ascii=False))
 
 
-def load_or_build_styled(cache: Path, smoke: bool = False, seed: int = DEFAULT_SEED,
+def load_or_build_styled(cache: Path, smoke: bool = False, seed: int = DEFAULT_SEED, variants: int = 4,
                          log=print) -> tuple[StyledDataset, dict[str, int]]:
     """The styled dataset cached in ``cache`` (built on first use: ``Sources.smoke`` when ``smoke``)."""
-    stem = "styled64_smoke" if smoke else "styled64"
+    stem = f"styled64_v{variants}" + ("_smoke" if smoke else "")
     cache = Path(cache)
     if not (cache / f"{stem}.npz").exists():
         sources = Sources.smoke() if smoke else Sources.from_registry(cache)
-        ds, dropped = build_styled(sources, seed=seed, budget=len(REQUIRED) if smoke else STYLED_BUDGET, log=log)
+        ds, dropped = build_styled(sources, seed=seed, budget=len(REQUIRED) if smoke else STYLED_BUDGET,
+                                   variants=variants, log=log)
         save_styled(ds, dropped, cache, stem)
     z = np.load(cache / f"{stem}.npz")
     meta = json.loads((cache / f"{stem}.json").read_text())

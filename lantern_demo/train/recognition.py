@@ -114,6 +114,50 @@ def measure_draws(gpt, text, vq, full_ds, encoder, n: int = N_PROMPTS, log=print
     return out
 
 
+def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPTS, group: int = GROUP,
+                  seed: int = SEED, relaxed=None, log=print) -> dict:
+    """Recognition on ``n`` emojis the model knows (a seeded draw among those drawn in ``held_style``).
+
+    ds: ``emoji_data.StyledDataset``; the prompt is "an emoji of <main name>". The ceiling
+    (``real_images``) is the score of the canonical ``held_style`` renditions of the same emojis: the
+    style the evaluation encoder never saw. ``sampled``/``greedy``: AR at the emoji preset's
+    sampling, and greedily; ``relaxed`` (a ``DecodeConfig``, optional, with the drafter and neighbour
+    table as ``(config, drafter, neighbors)``) adds a row decoded by that setting, prompt by prompt.
+    """
+    from ..engine import generate
+    from ..pipeline import EMOJI_SETTINGS
+    from ..sampling import SamplingConfig
+    from . import emoji_styles
+    from .card import caption_of
+    from .self_samples import sample_tokens
+
+    h = emoji_styles.STYLE_NAMES.index(held_style)
+    rows = np.nonzero(ds.style == h)[0]
+    pick = np.random.default_rng(seed).choice(rows, size=min(n, len(rows)), replace=False)
+    prompts = [prompt_of(ds.captions[ds.item[r]]) for r in pick]
+    ids, mask, _ = text.tokenize(prompts)
+    text_feats = encoder.embed_texts(prompts)
+    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
+                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
+    out = {"n": len(pick), "group": group, "seed": seed, "chance": len(pick) / group, "held_style": held_style,
+           "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale, "temperature": sampled.temperature,
+           "top_k": sampled.top_k,
+           "real_images": int(recognised(encoder.embed_images(ds.images[pick, 0]), text_feats, group).sum())}
+    with torch.no_grad():
+        for name, sampling in (("sampled", sampled), ("greedy", greedy)):
+            tokens = sample_tokens(gpt, text, ids, mask, sampling, seed=seed, log=lambda m: None)
+            out[name] = int(recognised(encoder.embed_images(vq.decode(tokens).numpy()), text_feats, group).sum())
+        if relaxed is not None:
+            config, drafter, neighbors = relaxed
+            tokens = torch.stack([generate(gpt, drafter, caption_of(text, p), config, gpt.cfg.grid ** 2, seed=seed + j,
+                                           neighbors=neighbors).tokens for j, p in enumerate(prompts)])
+            out["relaxed"] = int(recognised(encoder.embed_images(vq.decode(tokens).numpy()), text_feats, group).sum())
+            out["relaxed_setting"] = f"{config.method} {config.draft} d{config.delta} k{config.k}"
+    log(f"recognition: {json.dumps(out)}")
+    return out
+
+
 def main(argv=None) -> None:
     from ..bench.features import load as load_encoder
     from ..bench.features import load_dataset

@@ -45,7 +45,6 @@ reported in the model card.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,7 +52,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import precision
-from .train_gpt import ClassBank, _param_groups, bank_for, lr_schedule
+from .train_gpt import _param_groups, lr_schedule
 
 DROP_P = 0.25
 REG_WEIGHT = 1.0
@@ -91,7 +90,7 @@ def train_drafter(
     gpt,
     text,
     ids: torch.Tensor,
-    captions: list[list[str]],
+    bank,
     train_idx: np.ndarray,
     heldout_idx: np.ndarray,
     steps: int = 600,
@@ -101,11 +100,10 @@ def train_drafter(
     log=print,
     eval_batch: int = 64,
     self_samples: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    row_class: np.ndarray | None = None,
 ):
     """Returns (drafter, metrics). ``gpt`` and ``text`` are frozen.
 
-    row_class: the class of every row of ``ids`` when rows are renditions (``train_gpt.ClassBank.of_classes``).
+    ids [N, T] image codes; bank: the conditioning of every row (``train_gpt.ClassBank`` / ``CaptionBank``).
     self_samples: the target's own samples ``(ids [M, N], cap_ids [M, L], cap_mask [M, L])``
     (``self_samples.sample_tokens``); when given, half of every batch comes from them and
     half from the data ``ids``.
@@ -116,7 +114,6 @@ def train_drafter(
     text.eval().requires_grad_(False)
     drafter = make_drafter(gpt)
     drafter.train()
-    bank = bank_for(text, captions, train_idx) if row_class is None else ClassBank.of_classes(row_class)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(50, steps // 10))
@@ -177,30 +174,9 @@ def top1_agreement(gpt, drafter, text, ids, cap_ids, cap_mask, batch: int = 64) 
     return hits / max(1, tot)
 
 
-def stage_drafter(out: Path, ds, ids: torch.Tensor, seed: int, s, log):
-    from ..checkpoints import load_gpt, save_drafter
-    from ..text import load_text_encoder
-    from .retrain import update_metrics
-
-    gpt = load_gpt(out / "target")
-    text = load_text_encoder(out / "text_encoder")
-    samples, sample_seconds = None, None
-    if s.drafter_self_samples:
-        t = time.time()
-        samples = draw_self_samples(gpt, text, ds.captions, ds.indices("train"), s.drafter_self_samples, seed, log)
-        sample_seconds = round(time.time() - t, 1)
-    drafter, m = train_drafter(gpt, text, ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
-                               steps=s.drafter_steps, batch=s.drafter_batch, seed=seed, log=log,
-                               eval_batch=s.eval_batch, self_samples=samples)
-    if samples is not None:
-        m.update(self_samples=len(samples[0]), self_sample_seconds=sample_seconds)
-    save_drafter(drafter, out / "drafter")
-    update_metrics(out, "drafter", m)
-    return drafter
-
-
-def draw_self_samples(gpt, text, captions: list[list[str]], train_idx: np.ndarray, n: int, seed: int, log=print):
-    """``n`` samples of the target on random training captions (a random phrasing each), at the
+@torch.no_grad()
+def draw_self_samples(gpt, text, bank, train_idx: np.ndarray, n: int, seed: int, log=print):
+    """``n`` samples of the target on the conditioning (``bank``) of random training rows, at the
     emoji preset's sampling settings. Returns (ids [n, N], cap_ids [n, L], cap_mask [n, L])."""
     from ..pipeline import EMOJI_SETTINGS
     from ..sampling import SamplingConfig
@@ -209,7 +185,7 @@ def draw_self_samples(gpt, text, captions: list[list[str]], train_idx: np.ndarra
     g = torch.Generator().manual_seed(seed + 2)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     items = tr[torch.randint(0, len(tr), (n,), generator=g)]
-    cap_ids, cap_mask = bank_for(text, captions, train_idx).sample(items, g)
+    cap_ids, cap_mask = bank.sample(items, g)
     sampling = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
                               temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
     return sample_tokens(gpt, text, cap_ids, cap_mask, sampling, seed=seed + 3, log=log), cap_ids, cap_mask

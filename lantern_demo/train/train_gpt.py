@@ -373,27 +373,3 @@ def train_gpt(
     metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
     log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
     return gpt, text, metrics
-
-
-def stage_gpt(out: Path, ds, ids: torch.Tensor, seed: int, s, log, state_path: Path | None = None,
-              resume: bool = False, time_limit: float | None = None):
-    from ..checkpoints import save_gpt
-    from .retrain import update_metrics
-
-    gpt, text, m = train_gpt(ids, ds.captions, ds.indices("train"), ds.indices("heldout"),
-                             vocab_size=_codebook_size(out),
-                             steps=s.gpt_steps, batch=s.gpt_batch, seed=seed, log=log, eval_batch=s.eval_batch,
-                             input_noise=s.gpt_input_noise, content_weight=s.gpt_content_weight,
-                             condition=s.gpt_condition, names=ds.names,
-                             config_overrides={"prefix_rope": s.gpt_prefix_rope},
-                             state_path=state_path, resume=resume, time_limit=time_limit)
-    save_gpt(gpt, out / "target")
-    text.save(out / "text_encoder")
-    update_metrics(out, "gpt", m)
-    return gpt, text
-
-
-def _codebook_size(out: Path) -> int:
-    import json
-
-    return int(json.loads((out / "vq" / "config.json").read_text())["num_vq_embeddings"])

@@ -287,6 +287,19 @@ def train_vq(
     return vq, metrics
 
 
+def neighbour_distances(path: str | Path, ks: tuple[int, ...] = (1, 16, 64, 128, 256)) -> dict[str, list[float]]:
+    """{k: [10%, 50%, 90%] quantiles over codes of the distance to the k-th nearest code} of a saved VQ's
+    codebook (the LANTERN neighbour table's reach: how far apart the codes it treats as look-alikes are)."""
+    from ..neighbors import build_neighbor_table
+
+    cb = load_vq(path).quantize.embedding.weight.detach().float()
+    ks = tuple(k for k in ks if k < len(cb))
+    nb = build_neighbor_table(cb, max(ks))
+    d = (cb[nb] - cb[:, None]).norm(dim=-1)
+    q = torch.tensor([0.1, 0.5, 0.9])
+    return {str(k): [round(float(x), 3) for x in d[:, k - 1].quantile(q)] for k in ks}
+
+
 def load_vq(path: str | Path):
     from diffusers import VQModel
 
