@@ -37,7 +37,9 @@ from .gpt import (
     KVCache,
     prepare_caption,
     prefix_rope,
+    qkv_rotation,
     rope_for_positions,
+    rotation_for_positions,
     train_attention_mask,
 )
 from .protocol import Prefix
@@ -113,13 +115,15 @@ class Drafter(nn.Module):
             key_mask = mask[1:].to(self.device)[None].expand(rows, P - 1).contiguous()
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P - 1, max_tokens,
                              self.dtype, self.device, key_mask)
+        for layer in self.layers:
+            layer.prepare_decode()
         if P == 1:  # a one-entry prefix (class conditioning) leaves the drafter no prefix entry
             return
         x = self._entries(prefix.embeds[:, 1:].to(self.device), prefix.hidden[:, :-1].to(self.device))
-        rope = prefix_rope(cfg, P - 1, self.device)
+        rotation = qkv_rotation(prefix_rope(cfg, P - 1, self.device))
         attn_mask = self.cache.prefix_mask()
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, attn_mask, kv=self.cache.layer(i), offset=0)
+            x = layer(x, rotation, attn_mask, kv=self.cache.layer(i), offset=0)
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, features: Tensor, positions: Tensor,
@@ -133,12 +137,12 @@ class Drafter(nn.Module):
         if features.shape[:2] != (c.rows, T):
             raise ValueError(f"features must be [{c.rows}, {T}, D], got {tuple(features.shape)}")
         attn_mask = c.step_mask(mask, T)
-        rope = rope_for_positions(self.cfg, positions.to(self.device).reshape(-1))
+        rotation = rotation_for_positions(self.cfg, positions.to(self.device).reshape(-1))
         emb = self.embed_tokens(tokens)[None].expand(c.rows, T, -1)
         x = self._entries(emb, features.to(self.device))
         offset = c.prefix + c.length
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, attn_mask, kv=c.layer(i), offset=offset)
+            x = layer(x, rotation, attn_mask, kv=c.layer(i), offset=offset)
         c.length += T
         return self._head(x), x
 
@@ -171,10 +175,10 @@ class Drafter(nn.Module):
                              f"{tuple(prefix_embeds.shape)} and {tuple(hidden.shape)}")
         emb = torch.cat([prefix_embeds[:, 1:].to(self.dtype), self.embed_tokens(tokens.to(self.device))], dim=1)
         x = self._entries(emb, hidden)
-        rope = rope_for_positions(cfg, torch.arange(N, device=self.device), n_prefix=P - 1)
+        rotation = qkv_rotation(rope_for_positions(cfg, torch.arange(N, device=self.device), n_prefix=P - 1))
         attn_mask = None
         if key_mask is not None and not bool(key_mask[:, 1:].all()):
             attn_mask = train_attention_mask(key_mask[:, 1:].to(self.device), S)
         for layer in self.layers:
-            x = layer(x, rope, attn_mask, causal=True)
+            x = layer(x, rotation, attn_mask, causal=True)
         return self._head(x), x

@@ -212,6 +212,7 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
+@torch.inference_mode()  # for each resumption of the generator, not while the consumer holds a step
 def decode(
     target: Target,
     drafter: Drafter | None,
