@@ -35,11 +35,13 @@ from .gpt import (
     Block,
     GPTConfig,
     KVCache,
-    prepare_caption,
+    decode_weight,
     prefix_rope,
+    prepare_caption,
     qkv_rotation,
     rope_for_positions,
     rotation_for_positions,
+    stacked_linear,
     train_attention_mask,
 )
 from .protocol import Prefix
@@ -67,10 +69,12 @@ class Drafter(nn.Module):
             self.embed_tokens.weight.requires_grad_(False)
         self._lm_head: list[nn.Module | None] = [lm_head]  # a list: keeps it out of parameters/state_dict
         self.cache: KVCache | None = None
+        self._decode_head: Tensor | None = None  # the lm_head for decoding, made by the first forward
 
     # ---- lm_head reference
     def set_lm_head(self, lm_head: nn.Module) -> None:
         self._lm_head[0] = lm_head
+        self._decode_head = None
 
     @property
     def lm_head(self) -> nn.Module:
@@ -94,9 +98,10 @@ class Drafter(nn.Module):
     def _entries(self, embeds: Tensor, features: Tensor) -> Tensor:
         return self.fc(torch.cat([embeds.to(self.dtype), features.to(self.dtype)], dim=-1))
 
-    def _head(self, x: Tensor) -> Tensor:
-        w = self.lm_head.weight
-        return self.lm_head(x.to(w.dtype)).float()
+    def _head(self, x: Tensor, head_weight: Tensor | None = None) -> Tensor:
+        """Logits [..., V] float32 of features x [..., D] through the target's lm_head
+        (``head_weight``: its decoding copy, see ``gpt.decode_weight``)."""
+        return stacked_linear(x.to(self.lm_head.weight.dtype), head_weight, self.lm_head).float()
 
     # ---- protocol
     @torch.no_grad()
@@ -115,6 +120,7 @@ class Drafter(nn.Module):
             key_mask = mask[1:].to(self.device)[None].expand(rows, P - 1).contiguous()
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P - 1, max_tokens,
                              self.dtype, self.device, key_mask)
+        self._decode_head = None  # the lm_head's weights may have changed since the last decode
         for layer in self.layers:
             layer.prepare_decode()
         if P == 1:  # a one-entry prefix (class conditioning) leaves the drafter no prefix entry
@@ -144,7 +150,9 @@ class Drafter(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, rotation, attn_mask, kv=c.layer(i), offset=offset)
         c.length += T
-        return self._head(x), x
+        if self._decode_head is None:
+            self._decode_head = decode_weight(self.lm_head)
+        return self._head(x, self._decode_head), x
 
     def keep(self, start: int, index: Tensor) -> None:
         if self.cache is None:
