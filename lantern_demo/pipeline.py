@@ -151,7 +151,10 @@ class LanternPipeline:
 
         Partial images are decoded only while decoding stays under ``decode_share``
         of the elapsed time (the final image is always decoded); other events
-        carry ``image=None``. The first event comes right after the prefill.
+        carry ``image=None``; each refresh decodes only the token rows that changed
+        since the last (``VQDecoder.decode_partial`` with a canvas). The first event
+        comes right after the prefill. ``stats`` (``engine.summarize`` and the
+        pipeline's times) is filled in the last event only.
         """
         config.validate()
         if config.needs_drafter and self.drafter is None:
@@ -164,6 +167,7 @@ class LanternPipeline:
         with self._lock:
             t0 = time.perf_counter()
             decode_time = last_cost = 0.0
+            canvas = self.vq.blank_canvas()
             for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
                                row_length=self.target.cfg.grid):
                 gen.add(step)
@@ -172,15 +176,15 @@ class LanternPipeline:
                 # decode if the share of time spent decoding stays within budget afterwards
                 if decode_time + last_cost <= decode_share * (elapsed + last_cost):
                     t1 = time.perf_counter()
-                    gen.image = self.vq.decode_partial(gen.tokens)
+                    gen.image = self.vq.decode_partial(gen.tokens, canvas=canvas)
                     last_cost = time.perf_counter() - t1
                     decode_time += last_cost
-                gen.stats = {**summarize(gen.steps), "decode_time": decode_time}
                 if int(gen.tokens.min()) >= 0:
                     break
                 yield gen
             t1 = time.perf_counter()
             gen.image = self.vq.decode_pil(gen.tokens[None])[0]
+            gen.stats = summarize(gen.steps)
             gen.stats["final_decode_time"] = time.perf_counter() - t1
             gen.stats["decode_time"] = decode_time
             gen.stats["end_to_end_time"] = time.perf_counter() - t0
