@@ -301,12 +301,15 @@ def test_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
         load_llamagen_checkpoint(p)
 
 
+def _decoder_and_ids(seed: int) -> tuple[VQDecoder, torch.Tensor]:
+    """A decoder of the converted reference VQ and random ids [GRID * GRID] of a whole image."""
+    vq, conv = make_converted(make_ref())
+    torch.manual_seed(seed)
+    return VQDecoder(vq, GRID, raw_codebook=conv.raw_codebook), torch.randint(0, V, (GRID * GRID,))
+
+
 def test_partial_decode_shows_placeholders():
-    ref = make_ref()
-    vq, conv = make_converted(ref)
-    dec = VQDecoder(vq, GRID, raw_codebook=conv.raw_codebook)
-    torch.manual_seed(3)
-    full = torch.randint(0, V, (GRID * GRID,))
+    dec, full = _decoder_and_ids(3)
     n_done = 6  # first row (4 cells) + 2 cells of the second
     partial = full.clone()
     partial[n_done:] = -1
@@ -350,11 +353,7 @@ def test_own_vqmodel_round_trip(tmp_path):
 
 
 def test_canvas_refresh_decodes_only_changed_rows():
-    ref = make_ref()
-    vq, conv = make_converted(ref)
-    dec = VQDecoder(vq, GRID, raw_codebook=conv.raw_codebook)
-    torch.manual_seed(4)
-    full = torch.randint(0, V, (GRID * GRID,))
+    dec, full = _decoder_and_ids(4)
     canvas = dec.blank_canvas()
     ids = torch.full_like(full, -1)
     ids[:2] = full[:2]  # two cells of row 0
