@@ -152,6 +152,10 @@ class LanternPipeline:
         Partial images are decoded only while decoding stays under ``decode_share``
         of the elapsed time (the final image is always decoded); other events
         carry ``image=None``. The first event comes right after the prefill.
+        Pipeline times in ``stats`` (s): decode_time, the partial VQ decodes;
+        stream_time, all the pipeline's work between the engine's steps (recording
+        each step, partial decodes, statistics; decode_time included, the
+        consumer's time excluded); final_decode_time; end_to_end_time.
         """
         config.validate()
         if config.needs_drafter and self.drafter is None:
@@ -163,9 +167,10 @@ class LanternPipeline:
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
         with self._lock:
             t0 = time.perf_counter()
-            decode_time = last_cost = 0.0
+            decode_time = last_cost = stream_time = 0.0
             for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
                                row_length=self.target.cfg.grid):
+                t_step = time.perf_counter()
                 gen.add(step)
                 gen.image = None
                 elapsed = time.perf_counter() - t0
@@ -176,13 +181,14 @@ class LanternPipeline:
                     last_cost = time.perf_counter() - t1
                     decode_time += last_cost
                 gen.stats = {**summarize(gen.steps), "decode_time": decode_time}
+                stream_time += time.perf_counter() - t_step
+                gen.stats["stream_time"] = stream_time
                 if int(gen.tokens.min()) >= 0:
                     break
                 yield gen
             t1 = time.perf_counter()
             gen.image = self.vq.decode_pil(gen.tokens[None])[0]
             gen.stats["final_decode_time"] = time.perf_counter() - t1
-            gen.stats["decode_time"] = decode_time
             gen.stats["end_to_end_time"] = time.perf_counter() - t0
             gen.done = True
         yield gen
