@@ -1,6 +1,6 @@
 """The speed/quality benchmark: every method and setting on the same prompts and seeds.
 
-    python -m lantern_demo.bench [--preset emoji] [--quick] [--out DIR]
+    python -m lantern_demo.bench [--preset emoji] [--quick] [--repeats 3] [--out DIR] [--update-docs MD ...]
     accelerate launch --multi_gpu --num_processes 2 -m lantern_demo.bench ...   # data parallel
 
 Data parallel on a CPU-only machine works the same way (``--multi_gpu`` only picks
@@ -890,14 +890,15 @@ def _per_pass(b: dict | None) -> str:
 
 
 def headline(result: dict[str, Any], rel: str) -> str:
-    """The speed summary for README.md, Spaces.md and the model card: the app's drafter default
-    (LANTERN on the chain) and the drafter-free SJD+LANTERN, paired over the run's prompts.
+    """The speed summary for README.md, Spaces.md and the model card: LANTERN on SD's chain and
+    the drafter-free SJD+LANTERN at the run's default delta (for the emoji preset the app's
+    settings), paired over the run's prompts.
     ``rel``: the path of docs/benchmarks.md from the file it goes into."""
     m, a = result["meta"], result.get("analysis", {})
     chain, sjd = a.get("lantern_chain_default"), a.get("sjd_lantern_default")
     parts = []
     if chain:
-        parts.append(f"drafter LANTERN on the chain ({chain['name']}, the app's default) is {_speeds(chain)}")
+        parts.append(f"drafter LANTERN on SD's chain ({chain['name']}) is {_speeds(chain)}")
     if sjd:
         parts.append(f"drafter-free SJD+LANTERN ({sjd['name']}) is {_speeds(sjd)}")
     if not parts:
