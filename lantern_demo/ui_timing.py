@@ -12,7 +12,7 @@ baseline) and records when the first message carrying an image and the final
 message arrive. Also prints the server-side split: engine time (prefill to last
 token), partial VQ decodes, the pipeline's streaming work between steps, frame
 cost (building + Gradio sending) and the streaming overhead share
-``(partial decodes + frames) / end-to-end`` (end-to-end: prompt encoding to final
+``(pipeline streaming + frames) / end-to-end`` (end-to-end: prompt encoding to final
 image, inside the pipeline). Medians over ``--repeats`` runs (at least 5) after
 one warm-up run per method; the table is printed and written to ``--json``.
 """
