@@ -178,8 +178,8 @@ class Step:
             top-k/top-p, softmax) and, for AR and the prefill, the draw;
         accept_time: the acceptance rule (exact or relaxed), correction/bonus draws
             included;
-        cache_time: cache bookkeeping: both KV caches keep the accepted path, the
-            next step's inputs are gathered.
+        cache_time: cache bookkeeping: the KV caches keep the accepted path, the
+            committed tokens and the next step's inputs are recorded.
     elapsed: seconds since decoding started (excluding time the consumer held steps).
     """
 
