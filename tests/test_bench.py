@@ -144,8 +144,10 @@ def test_quick_schema(quick):
         for m, e in r["paired"].items():
             ratio, ci = paired_ratio(walls[ref_rows[m]["name"]], walls[r["name"]], seed=res["meta"]["seed"])
             assert e == {"ratio": ratio, "ci95": list(ci)} and ci[0] <= ratio <= ci[1]
-        for p in r["per_prompt"]:  # the prompt's time is the median of its repeats
+        for p in r["per_prompt"]:  # the prompt's times are those of its median repeat: the split adds up
             assert len(p["wall_times"]) == 3 and p["stats"]["wall_time"] == sorted(p["wall_times"])[1]
+            parts = ("target_time", "sample_time", "draft_time", "accept_time", "cache_time")
+            assert sum(p["stats"][k] for k in parts) <= p["stats"]["wall_time"]
             assert len(p["e2e_times"]) == 3 and p["e2e_time"] == sorted(p["e2e_times"])[1]
         if r["method"] == "ar":
             assert s["draft_time"] == s["accept_time"] == s["cache_time"] == 0.0

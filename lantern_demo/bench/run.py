@@ -240,12 +240,12 @@ def add_repeat(pipe, setting: Setting, prompt: str, record: dict[str, Any]) -> N
 
 
 def finish_repeats(record: dict[str, Any]) -> None:
-    """Replace the record's timings by their medians over the repeats (counts stay: the repeats
-    decode the same tokens); ``wall_times`` / ``e2e_times`` keep every repeat's time."""
+    """Keep the timings of the median repeat by engine wall time (the lower middle one for an
+    even count): one real run, so that its time split adds up to its wall time. Counts stay (the
+    repeats decode the same tokens); ``wall_times`` / ``e2e_times`` keep every repeat's time, and
+    ``e2e_time`` is the median of the latter."""
     reps = record.pop("repeat_stats")
-    for k in record["stats"]:
-        if k in TIMING_KEYS:
-            record["stats"][k] = statistics.median(r[k] for r in reps)
+    record["stats"] = sorted(reps, key=lambda r: r["wall_time"])[(len(reps) - 1) // 2]
     record["wall_times"] = [r["wall_time"] for r in reps]
     record["e2e_time"] = statistics.median(record["e2e_times"])
 
@@ -303,8 +303,9 @@ def _q(v: list[float], q: float) -> float:
 def summarize_setting(recs: list[dict]) -> dict[str, Any]:
     """Speed and per-sequence quality of one setting over its prompts (records sorted by prompt).
 
-    A prompt's times are medians over its repeats; wall_time and the like are medians over
-    prompts of those, the per-pass split (``PASS_PARTS``, seconds per image) means over prompts.
+    A prompt's times are those of its median repeat (``finish_repeats``); wall_time and the like
+    are medians over prompts of those, the per-pass split (``PASS_PARTS``, seconds per image) and
+    wall_time_mean means over prompts.
     """
     st = [r["stats"] for r in recs]
     walls = [s["wall_time"] for s in st]
@@ -624,7 +625,7 @@ def report_text(result: dict[str, Any]) -> str:
         f"{m['prompt_set']}; {m['num_tokens']} tokens per image; sampling {m['sampling']}; "
         f"seed of prompt i = {m['seed']} + i. Wall = engine time, prefill to last token (no text encoding, "
         "no VQ decoding); e2e = the whole pipeline call (text encoding + engine + VQ decoding). "
-        f"Each prompt x setting is timed {m['repeats']} times, interleaved, and its median kept. "
+        f"Each prompt x setting is timed {m['repeats']} times, interleaved, and the median run kept. "
         "x REF: the geometric mean over prompts of the paired per-prompt ratio REF wall / setting wall "
         f"[95% percentile bootstrap interval over prompts, {m['bootstrap_resamples']} resamples]. NLL: mean per-token NLL (nats) of the "
         "generated tokens under the target's guided distribution (± s.e. over prompts). TVD: mean mass moved "
@@ -918,7 +919,7 @@ def docs_section(result: dict[str, Any], rel: str) -> str:
         f"{m['device']}, {m['num_processes']} process(es) x {m['threads']} thread(s), torch {m['torch']}, "
         f"commit `{(m.get('git_commit') or '?')[:10]}`, {m['total_seconds'] / 60:.1f} min in total. "
         f"Each prompt x setting was timed {m['repeats']} times (interleaved: per prompt, per repeat, every setting "
-        f"in a rotated order) and its median kept; **x REF** is the geometric mean over prompts of the paired ratio "
+        f"in a rotated order) and the median run (by engine wall time) kept; **x REF** is the geometric mean over prompts of the paired ratio "
         f"REF wall / setting wall, with its 95% percentile bootstrap interval over prompts ({m['bootstrap_resamples']} "
         f"resamples, seeded); an interval that includes 1 means no measurable difference (\"level with\"). "
         f"Raw numbers: [`{rel}/results.json`]({rel}/results.json).",
