@@ -154,7 +154,10 @@ class LanternPipeline:
         carry ``image=None``; each refresh decodes only the token rows that changed
         since the last (``VQDecoder.decode_partial`` with a canvas). The first event
         comes right after the prefill. ``stats`` (``engine.summarize`` and the
-        pipeline's times) is filled in the last event only.
+        pipeline's times, s) is filled in the last event only: decode_time, the
+        partial VQ decodes; stream_time, all the pipeline's work between the
+        engine's steps (recording each step, partial decodes; decode_time included,
+        the consumer's time excluded); final_decode_time; end_to_end_time.
         """
         config.validate()
         if config.needs_drafter and self.drafter is None:
@@ -166,10 +169,11 @@ class LanternPipeline:
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
         with self._lock:
             t0 = time.perf_counter()
-            decode_time = last_cost = 0.0
+            decode_time = last_cost = stream_time = 0.0
             canvas = self.vq.blank_canvas()
             for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
                                row_length=self.target.cfg.grid):
+                t_step = time.perf_counter()
                 gen.add(step)
                 gen.image = None
                 elapsed = time.perf_counter() - t0
@@ -179,14 +183,14 @@ class LanternPipeline:
                     gen.image = self.vq.decode_partial(gen.tokens, canvas=canvas)
                     last_cost = time.perf_counter() - t1
                     decode_time += last_cost
+                stream_time += time.perf_counter() - t_step
                 if int(gen.tokens.min()) >= 0:
                     break
                 yield gen
             t1 = time.perf_counter()
             gen.image = self.vq.decode_pil(gen.tokens[None])[0]
-            gen.stats = summarize(gen.steps)
+            gen.stats = {**summarize(gen.steps), "decode_time": decode_time, "stream_time": stream_time}
             gen.stats["final_decode_time"] = time.perf_counter() - t1
-            gen.stats["decode_time"] = decode_time
             gen.stats["end_to_end_time"] = time.perf_counter() - t0
             gen.done = True
         yield gen
