@@ -42,6 +42,7 @@ from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_p
 from .neighbors import neighbor_table
 from .text import PromptNotice, TextEncoder, WordTextEncoder, load_text_encoder
 from .vq import VQDecoder
+from .vq_net import VQDecoderConfig, VQDecoderNet
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED = "emoji"
@@ -268,10 +269,8 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
     """A pipeline with random weights at a small shape (tests; fallback without trained weights).
 
     Word vocabulary "red green blue ..." (any other word is reported unknown),
-    a random ``VQModel`` with 4x downsampling (64 px images), codebook ``vocab``.
+    a random VQ decoder with 4x upsampling (64 px images), codebook ``vocab``.
     """
-    from diffusers import VQModel
-
     device = torch.device(device)
     torch.manual_seed(seed)
     words = "a an the of red green blue yellow face smiling cat dog heart star sun moon tree flag".split()
@@ -282,10 +281,8 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
     drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
     with torch.no_grad():
         drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
-    vq = VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
-                 up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16), layers_per_block=1,
-                 latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8,
-                 sample_size=grid * 4).eval()
+    vq = VQDecoderNet(VQDecoderConfig(up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16),
+                                      latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8))
     decoder = VQDecoder(vq, grid)
     neighbors = neighbor_table(decoder.raw_codebook(), 32)
     target, drafter, vq = target.to(device), drafter.to(device), vq.to(device)

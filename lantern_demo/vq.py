@@ -1,6 +1,8 @@
 """VQ image tokenizer: turn image-token ids back into pixels.
 
-Everything runs on :class:`diffusers.VQModel`. Two sources are supported:
+Decoding runs on :class:`~lantern_demo.vq_net.VQDecoderNet`, the decoding half of
+``diffusers.VQModel`` (same weights, same function, no diffusers import). Two sources
+are supported:
 
 * LlamaGen's ``VQ_16`` tokenizer (``peizesun/llamagen_t2i``, ``vq_ds16_t2i.pt``),
   converted on load by a table-driven rename (see :data:`LLAMAGEN_VQ_RENAMES`);
@@ -45,6 +47,8 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .vq_net import VQDecoderConfig, VQDecoderNet
 
 __all__ = [
     "LLAMAGEN_VQ_RENAMES",
@@ -288,24 +292,19 @@ def load_llamagen_vq(
     norm_groups: int = 32,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
-):
-    """Build a ``VQModel`` from LlamaGen's ``vq_ds16_t2i.pt``; returns ``(vq, raw_codebook)``.
+) -> tuple[VQDecoderNet, Tensor]:
+    """The decoder of LlamaGen's ``vq_ds16_t2i.pt``; returns ``(net, raw_codebook [V, D] float32)``.
 
     ``config`` (VQModel kwargs) defaults to one inferred from the weights' shapes.
     """
-    from diffusers import VQModel
-
     sd = load_llamagen_checkpoint(path, use_ema=use_ema)
     conv = convert_llamagen_vq_state_dict(sd)
     cfg = dict(config) if config is not None else llamagen_vq_config_from_state_dict(sd, norm_groups=norm_groups)
-    vq = VQModel(**cfg)
-    missing, unexpected = vq.load_state_dict(conv.state_dict, strict=False)
-    if missing or unexpected:
-        raise RuntimeError(
-            f"{os.fspath(path)!r} does not match the VQ_16 layout: missing {missing[:8]}, unexpected {unexpected[:8]}"
-        )
-    vq.eval().requires_grad_(False).to(device=device, dtype=dtype)
-    return vq, conv.raw_codebook.float()
+    try:
+        net = VQDecoderNet.from_state_dict(VQDecoderConfig.from_vqmodel(cfg), conv.state_dict, what=os.fspath(path))
+    except ValueError as e:
+        raise RuntimeError(f"{os.fspath(path)!r} does not match the VQ_16 layout: {e}") from None
+    return net.to(device=device, dtype=dtype), conv.raw_codebook.float()
 
 
 # ---------------------------------------------------------------------------
@@ -314,20 +313,21 @@ def load_llamagen_vq(
 
 
 class VQDecoder:
-    """Decode raster image-token ids with any ``diffusers.VQModel``.
+    """Decode raster image-token ids to pixels.
 
-    vq: the model (eval mode is set). grid: tokens per side, ``int`` or ``(H, W)``.
-    raw_codebook: [V, D] codebook for neighbour tables; defaults to the model's
-    own codebook (right for models we train; for LlamaGen pass the un-normalised one).
+    vq: a :class:`VQDecoderNet`, or a ``diffusers.VQModel`` (its decoder is taken, weights
+    shared). grid: tokens per side, ``int`` or ``(H, W)``. raw_codebook: [V, D] codebook for
+    neighbour tables; defaults to the model's own codebook (right for models we train; for
+    LlamaGen pass the un-normalised one).
     """
 
-    def __init__(self, vq, grid: int | tuple[int, int], raw_codebook: Tensor | None = None, fill_token: int = 0):
-        self.vq = vq.eval()
+    def __init__(self, vq: "VQDecoderNet | torch.nn.Module", grid: int | tuple[int, int],
+                 raw_codebook: Tensor | None = None, fill_token: int = 0):
+        self.vq = (vq if isinstance(vq, VQDecoderNet) else VQDecoderNet.from_vqmodel(vq)).eval()
         self.grid = (grid, grid) if isinstance(grid, int) else (int(grid[0]), int(grid[1]))
-        n_levels = len(vq.config.block_out_channels)
-        self.factor = 2 ** (n_levels - 1)
-        self.codebook_size = int(vq.config.num_vq_embeddings)
-        self.embed_dim = int(vq.quantize.embedding.weight.shape[1])
+        self.factor = 2 ** (len(self.vq.cfg.block_out_channels) - 1)
+        self.codebook_size = self.vq.cfg.num_vq_embeddings
+        self.embed_dim = self.vq.cfg.embed_dim
         self._raw = None if raw_codebook is None else raw_codebook.detach().float().cpu()
         if self._raw is not None and tuple(self._raw.shape) != (self.codebook_size, self.embed_dim):
             raise ValueError(f"raw codebook {tuple(self._raw.shape)} != ({self.codebook_size}, {self.embed_dim})")
@@ -349,14 +349,9 @@ class VQDecoder:
         grid: int | tuple[int, int],
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
-        **kw,
     ) -> "VQDecoder":
         """From a directory written by ``VQModel.save_pretrained`` (e.g. our emoji tokenizer)."""
-        from diffusers import VQModel
-
-        vq = VQModel.from_pretrained(os.fspath(path), **kw).to(device=device, dtype=dtype)
-        vq.requires_grad_(False)
-        return cls(vq, grid)
+        return cls(VQDecoderNet.from_pretrained(path, device=device, dtype=dtype), grid)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -404,12 +399,7 @@ class VQDecoder:
     def _decode_rows(self, ids: Tensor, rows: int) -> Tensor:
         """ids [B, rows * W] (valid ids on the model's device) -> float32 [B, 3, rows * factor, W * factor]
         in [-1, 1] (clamped): whole images, or a band of token rows for a canvas refresh."""
-        shape = (ids.shape[0], rows, self.grid[1], self.embed_dim)
-        if self.vq.config.lookup_from_codebook:
-            x = self.vq.decode(ids, force_not_quantize=True, shape=shape).sample
-        else:  # a VQModel configured without codebook lookup: look up ourselves
-            quant = self.vq.quantize.get_codebook_entry(ids, shape)
-            x = self.vq.decode(quant, force_not_quantize=True).sample
+        x = self.vq.decode(ids, (ids.shape[0], rows, self.grid[1], self.embed_dim))
         return x.float().clamp(-1, 1)
 
     def decode_pil(self, ids: Tensor) -> list:
