@@ -8,14 +8,8 @@ are described in ``lantern_demo/ui.py`` and Spaces.md.
 """
 
 import os
-import sys
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # nothing leaves the machine at start-up
-# Outside a notebook (IPython not imported yet), gradio imports IPython only to probe for
-# one (notebook magics, Colab): 0.3-0.7 s of start-up for nothing. A None entry makes those
-# guarded imports fail as if IPython were not installed, for the rest of this process.
-if "IPython" not in sys.modules:
-    sys.modules["IPython"] = None  # type: ignore[assignment]
 
 from lantern_demo import spaces_compat  # noqa: E402,F401  (imports `spaces`, if present, before torch)
 from lantern_demo.ui import create_app, launch_kwargs  # noqa: E402
