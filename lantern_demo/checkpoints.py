@@ -25,8 +25,9 @@ Layouts (see ``/work/shared/design/llamagen-formats.md``):
 
 Every loader checks the key set and shapes before loading and raises
 :class:`CheckpointError` naming the missing / unexpected / mis-shaped keys.
-Weights are loaded with ``assign=True`` into a model built on the ``meta``
-device (no double allocation), then moved to ``device``/``dtype``.
+Weights are loaded with ``assign=True`` into a model built under
+:func:`uninitialized` (its parameters never written, so nothing is computed or
+touched twice), then moved to ``device``/``dtype``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from .drafter import Drafter
 from .gpt import GPT, GPTConfig
@@ -377,9 +379,28 @@ def source_key(key: str, layout: str) -> str:
     return key
 
 
+class _SkipInit(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+def uninitialized() -> TorchFunctionMode:
+    """A context in which ``torch.nn.init`` functions leave their tensor as it is (uninitialised memory).
+
+    For models whose every parameter is then replaced by ``load_state_dict(assign=True)``:
+    construction costs no random init, and unlike a ``meta``-device model it runs no
+    meta kernels (PyTorch's Python meta kernels import ``torch._dynamo``, seconds at
+    start-up). Storage is allocated on the default device but never written, so the OS
+    maps no pages for it. Thread-local, like every torch function mode.
+    """
+    return _SkipInit()
+
+
 def _load_into(model: nn.Module, sd: dict[str, Tensor], what: str,
                device: torch.device | str, dtype: torch.dtype | None, layout: str = "native") -> None:
-    """Strict, shape-checked ``load_state_dict(assign=True)`` into a meta-device model.
+    """Strict, shape-checked ``load_state_dict(assign=True)`` into a model built under :func:`uninitialized`.
 
     ``sd`` has native keys; errors name the keys as they are in the ``layout`` file."""
     expected = model.state_dict()
@@ -411,7 +432,7 @@ def load_gpt_state_dict(sd: dict[str, Tensor], cfg: GPTConfig, layout: str | Non
     """Build a GPT from an in-memory state dict in any layout ('hf', 'original', 'native')."""
     layout = layout or detect_layout(sd)
     nat = to_native(sd, layout)
-    with torch.device("meta"):
+    with uninitialized():
         model = GPT(cfg)
     _load_into(model, nat, f"GPT ({layout} layout)", device, dtype, layout)
     return model.eval()
@@ -464,7 +485,7 @@ def load_drafter(path: str | os.PathLike[str], target: GPT | None = None, device
             raise CheckpointError(f"{path}: a drafter needs its config.json (or pass cfg=)")
     if "embed_tokens.weight" not in sd and target is not None:
         sd["embed_tokens.weight"] = target.embed_tokens.weight.detach().cpu()
-    with torch.device("meta"):
+    with uninitialized():
         model = Drafter(cfg)
     _load_into(model, sd, "drafter", device, dtype)
     if target is not None:

@@ -35,9 +35,13 @@ from .gpt import (
     Block,
     GPTConfig,
     KVCache,
-    prepare_caption,
+    decode_weight,
     prefix_rope,
+    prepare_caption,
+    qkv_rotation,
     rope_for_positions,
+    rotation_for_positions,
+    stacked_linear,
     train_attention_mask,
 )
 from .protocol import Prefix
@@ -65,10 +69,12 @@ class Drafter(nn.Module):
             self.embed_tokens.weight.requires_grad_(False)
         self._lm_head: list[nn.Module | None] = [lm_head]  # a list: keeps it out of parameters/state_dict
         self.cache: KVCache | None = None
+        self._decode_head: Tensor | None = None  # the lm_head for decoding, made by the first forward
 
     # ---- lm_head reference
     def set_lm_head(self, lm_head: nn.Module) -> None:
         self._lm_head[0] = lm_head
+        self._decode_head = None
 
     @property
     def lm_head(self) -> nn.Module:
@@ -92,9 +98,10 @@ class Drafter(nn.Module):
     def _entries(self, embeds: Tensor, features: Tensor) -> Tensor:
         return self.fc(torch.cat([embeds.to(self.dtype), features.to(self.dtype)], dim=-1))
 
-    def _head(self, x: Tensor) -> Tensor:
-        w = self.lm_head.weight
-        return self.lm_head(x.to(w.dtype)).float()
+    def _head(self, x: Tensor, head_weight: Tensor | None = None) -> Tensor:
+        """Logits [..., V] float32 of features x [..., D] through the target's lm_head
+        (``head_weight``: its decoding copy, see ``gpt.decode_weight``)."""
+        return stacked_linear(x.to(self.lm_head.weight.dtype), head_weight, self.lm_head).float()
 
     # ---- protocol
     @torch.no_grad()
@@ -113,13 +120,16 @@ class Drafter(nn.Module):
             key_mask = mask[1:].to(self.device)[None].expand(rows, P - 1).contiguous()
         self.cache = KVCache(cfg.n_layer, rows, cfg.n_head, cfg.head_dim, P - 1, max_tokens,
                              self.dtype, self.device, key_mask)
+        self._decode_head = None  # the lm_head's weights may have changed since the last decode
+        for layer in self.layers:
+            layer.prepare_decode()
         if P == 1:  # a one-entry prefix (class conditioning) leaves the drafter no prefix entry
             return
         x = self._entries(prefix.embeds[:, 1:].to(self.device), prefix.hidden[:, :-1].to(self.device))
-        rope = prefix_rope(cfg, P - 1, self.device)
+        rotation = qkv_rotation(prefix_rope(cfg, P - 1, self.device))
         attn_mask = self.cache.prefix_mask()
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, attn_mask, kv=self.cache.layer(i), offset=0)
+            x = layer(x, rotation, attn_mask, kv=self.cache.layer(i), offset=0)
 
     @torch.no_grad()
     def forward(self, tokens: Tensor, features: Tensor, positions: Tensor,
@@ -133,14 +143,16 @@ class Drafter(nn.Module):
         if features.shape[:2] != (c.rows, T):
             raise ValueError(f"features must be [{c.rows}, {T}, D], got {tuple(features.shape)}")
         attn_mask = c.step_mask(mask, T)
-        rope = rope_for_positions(self.cfg, positions.to(self.device).reshape(-1))
+        rotation = rotation_for_positions(self.cfg, positions.to(self.device).reshape(-1))
         emb = self.embed_tokens(tokens)[None].expand(c.rows, T, -1)
         x = self._entries(emb, features.to(self.device))
         offset = c.prefix + c.length
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, attn_mask, kv=c.layer(i), offset=offset)
+            x = layer(x, rotation, attn_mask, kv=c.layer(i), offset=offset)
         c.length += T
-        return self._head(x), x
+        if self._decode_head is None:
+            self._decode_head = decode_weight(self.lm_head)
+        return self._head(x, self._decode_head), x
 
     def keep(self, start: int, index: Tensor) -> None:
         if self.cache is None:
@@ -171,10 +183,10 @@ class Drafter(nn.Module):
                              f"{tuple(prefix_embeds.shape)} and {tuple(hidden.shape)}")
         emb = torch.cat([prefix_embeds[:, 1:].to(self.dtype), self.embed_tokens(tokens.to(self.device))], dim=1)
         x = self._entries(emb, hidden)
-        rope = rope_for_positions(cfg, torch.arange(N, device=self.device), n_prefix=P - 1)
+        rotation = qkv_rotation(rope_for_positions(cfg, torch.arange(N, device=self.device), n_prefix=P - 1))
         attn_mask = None
         if key_mask is not None and not bool(key_mask[:, 1:].all()):
             attn_mask = train_attention_mask(key_mask[:, 1:].to(self.device), S)
         for layer in self.layers:
-            x = layer(x, rope, attn_mask, causal=True)
+            x = layer(x, rotation, attn_mask, causal=True)
         return self._head(x), x

@@ -167,8 +167,20 @@ class Step:
         AR, or the prefill's token).
     drafted: draft tokens proposed this step. tvd: per committed token, the mass
         the relaxation moved at that position (0 for exact methods).
-    draft_time, target_time, accept_time: seconds spent in the drafter, the target
-        forward, and the acceptance logic. elapsed: seconds since decoding started.
+    Seconds spent, disjoint (their sum is this step's share of ``elapsed`` up to the
+    loop's own Python overhead):
+        draft_time: drafting: the drafter's passes and its draft distributions, or SJD's
+            fresh drafts and redrafts, plus building the verification inputs (tokens,
+            positions, tree mask);
+        target_time: the target's forward pass alone (prefill, or verifying the
+            pending token and the drafts);
+        sample_time: turning the target's logits into distributions (CFG, temperature,
+            top-k/top-p, softmax) and, for AR and the prefill, the draw;
+        accept_time: the acceptance rule (exact or relaxed), correction/bonus draws
+            included;
+        cache_time: cache bookkeeping: the KV caches keep the accepted path, the
+            committed tokens and the next step's inputs are recorded.
+    elapsed: seconds since decoding started (excluding time the consumer held steps).
     """
 
     index: int
@@ -177,10 +189,12 @@ class Step:
     source: list[int]
     drafted: int
     tvd: list[float]
-    draft_time: float
-    target_time: float
-    accept_time: float
-    elapsed: float
+    elapsed: float = 0.0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    sample_time: float = 0.0
+    accept_time: float = 0.0
+    cache_time: float = 0.0
     drafter_passes: int = 0
 
 
@@ -212,6 +226,7 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
+@torch.inference_mode()  # for each resumption of the generator, not while the consumer holds a step
 def decode(
     target: Target,
     drafter: Drafter | None,
@@ -243,10 +258,12 @@ def decode(
     t_start = clock.start
     prefix = target.prefill(cond, cfg.rows, max_tokens)
     device = prefix.logits.device
+    t_target = _clock(device)
     p0 = probs_from_logits(prefix.logits, cfg)
     token = int(pick(p0, torch.rand((), generator=gen).to(device), cfg.greedy))
-    t_target = _clock(device) - t_start
-    yield clock.hold(Step(0, 0, [token], [0], 0, [0.0], 0.0, t_target, 0.0, clock.elapsed()))
+    t_sample = _clock(device)
+    yield clock.hold(Step(0, 0, [token], [0], 0, [0.0], clock.elapsed(), target_time=t_target - t_start,
+                          sample_time=t_sample - t_target))
     clock.release()
 
     if shape is None:
@@ -291,10 +308,12 @@ def _decode_ar(
     for pos in range(1, num_tokens):
         t0 = time.perf_counter()
         logits, _ = target.forward(torch.tensor([token], device=device), torch.tensor([pos - 1], device=device))
+        t1 = _clock(device)
         p = probs_from_logits(logits[:, 0], cfg)
         token = int(pick(p, torch.rand((), generator=gen).to(device), cfg.greedy))
-        t1 = _clock(device)
-        yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], 0.0, t1 - t0, 0.0, clock.elapsed()))
+        t2 = _clock(device)
+        yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], clock.elapsed(), target_time=t1 - t0,
+                              sample_time=t2 - t1))
         clock.release()
 
 
@@ -324,21 +343,23 @@ def _decode_sjd(
                                                 torch.rand(need, generator=gen))
             drafts, q = torch.cat([drafts, fresh]), torch.cat([q, q_fresh])
             seq[committed:committed + w] = drafts
-        t1 = _clock(device)
-
         tokens = torch.cat([seq[committed - 1:committed], drafts])
-        logits, _ = target.forward(tokens, torch.arange(committed - 1, committed + w, device=device))
-        p = probs_from_logits(logits, cfg)  # [w + 1, V]: position committed + i
+        positions = torch.arange(committed - 1, committed + w, device=device)
+        t1 = _clock(device)
+        logits, _ = target.forward(tokens, positions)
         t2 = _clock(device)
+        p = probs_from_logits(logits, cfg)  # [w + 1, V]: position committed + i
+        t3 = _clock(device)
 
         u = None if cfg.greedy else torch.rand(w + 1, generator=gen).to(device)
         n_acc, last, tvd = verify_chain(p, q, drafts, relax, cfg.greedy, u)
         out = drafts[:n_acc].tolist()
         if committed + n_acc < num_tokens:
             out.append(last)
+        t4 = _clock(device)
         target.keep(committed - 1, torch.arange(n_acc + 1, device=device))
         seq[committed:committed + len(out)] = torch.tensor(out, device=device)
-        t3 = _clock(device)
+        t5 = _clock(device)
 
         # the distributions past the rejection become the next window's drafts
         stale = p[n_acc + 1:]
@@ -348,10 +369,11 @@ def _decode_sjd(
         start = committed + len(out)
         kept = min(drafts.shape[0], num_tokens - start)
         seq[start:start + kept] = drafts[:kept]
-        t4 = _clock(device)
+        t6 = _clock(device)
         source = list(range(1, n_acc + 1)) + [0] * (len(out) - n_acc)
-        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], (t1 - t0) + (t4 - t3),
-                              t2 - t1, t3 - t2, clock.elapsed()))
+        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], clock.elapsed(),
+                              draft_time=(t1 - t0) + (t6 - t5), target_time=t2 - t1, sample_time=t3 - t2,
+                              accept_time=t4 - t3, cache_time=t5 - t4))
         clock.release()
         committed += len(out)
         index += 1
@@ -410,8 +432,9 @@ class _SpecState:
         else:
             tree = self._draft_tree(root_logits, root_feat, pending_pos, levels, real_len)
             q = None
-        self.drafter.keep(real_len, torch.zeros(0, dtype=torch.long, device=dev))
         t1 = _clock(dev)
+        self.drafter.keep(real_len, torch.zeros(0, dtype=torch.long, device=dev))
+        t2 = _clock(dev)
 
         tokens = torch.cat([torch.tensor([new_tokens[-1]], device=dev), tree.tokens])
         positions = pending_pos + torch.cat([torch.zeros(1, dtype=torch.long, device=dev), tree.depth])
@@ -419,9 +442,11 @@ class _SpecState:
         if self.config.shape != "chain":
             anc = ancestor_mask(tree.parents, tree.depth)
             mask = torch.cat([torch.ones(tree.size + 1, self.target.length, dtype=torch.bool, device=dev), anc], 1)
+        t3 = _clock(dev)
         logits, hidden = self.target.forward(tokens, positions, mask)
+        t4 = _clock(dev)
         p = self._probs(logits)
-        t2 = _clock(dev)
+        t5 = _clock(dev)
 
         if q is not None:
             path, token, source, tvd = self._accept_chain(p, q, tree.tokens)
@@ -432,13 +457,15 @@ class _SpecState:
             out.append(token)
             source.append(0)
         tvd = tvd[: len(out)]
+        t6 = _clock(dev)
         keep = torch.tensor(path, device=dev)
         self.target.keep(pending_pos, keep)
         self.next_tokens = out
         self.next_features = hidden[:, keep]
-        t3 = _clock(dev)
-        return Step(index, committed, out, source, tree.size, tvd, t1 - t0, t2 - t1, t3 - t2, 0.0,
-                    self.drafter_passes)
+        t7 = _clock(dev)
+        return Step(index, committed, out, source, tree.size, tvd, draft_time=(t1 - t0) + (t3 - t2),
+                    target_time=t4 - t3, sample_time=t5 - t4, accept_time=t6 - t5,
+                    cache_time=(t2 - t1) + (t7 - t6), drafter_passes=self.drafter_passes)
 
     # ------------------------------------------------------------------ drafting
 
@@ -655,8 +682,10 @@ def summarize(steps: list[Step]) -> dict[str, float]:
     accepted_drafts / drafted: draft tokens accepted / proposed; acceptance_rate;
     drafter_passes; wall_time (s, prefill to last token); tokens_per_s;
     first_token_latency (s); mean_tvd: mean mass moved by the relaxation per token;
-    draft_time / target_time / accept_time (s); accept_overhead: acceptance-logic
-    time per verification step relative to the target forward time.
+    draft_time / target_time / sample_time / accept_time / cache_time (s): the
+    ``Step`` split summed over the steps (target_time: the target's forward passes
+    alone); accept_time_per_step / target_time_per_step (s): per verification step
+    (a step that verified drafts).
     """
     if not steps:
         return {}
@@ -682,7 +711,9 @@ def summarize(steps: list[Step]) -> dict[str, float]:
         "mean_tvd": sum(sum(s.tvd) for s in steps) / tokens,
         "draft_time": sum(s.draft_time for s in steps),
         "target_time": target_time,
+        "sample_time": sum(s.sample_time for s in steps),
         "accept_time": accept_time,
+        "cache_time": sum(s.cache_time for s in steps),
         "accept_time_per_step": accept_time / verify_steps,
         "target_time_per_step": verify_target / verify_steps,
     }

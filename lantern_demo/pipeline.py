@@ -42,6 +42,7 @@ from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_p
 from .neighbors import neighbor_table
 from .text import PromptNotice, TextEncoder, WordTextEncoder, load_text_encoder
 from .vq import VQDecoder
+from .vq_net import VQDecoderConfig, VQDecoderNet
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED = "emoji"
@@ -151,7 +152,13 @@ class LanternPipeline:
 
         Partial images are decoded only while decoding stays under ``decode_share``
         of the elapsed time (the final image is always decoded); other events
-        carry ``image=None``. The first event comes right after the prefill.
+        carry ``image=None``; each refresh decodes only the token rows that changed
+        since the last (``VQDecoder.decode_partial`` with a canvas). The first event
+        comes right after the prefill. ``stats`` (``engine.summarize`` and the
+        pipeline's times, s) is filled in the last event only: decode_time, the
+        partial VQ decodes; stream_time, all the pipeline's work between the
+        engine's steps (recording each step, partial decodes; decode_time included,
+        the consumer's time excluded); final_decode_time; end_to_end_time.
         """
         config.validate()
         if config.needs_drafter and self.drafter is None:
@@ -163,26 +170,28 @@ class LanternPipeline:
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
         with self._lock:
             t0 = time.perf_counter()
-            decode_time = last_cost = 0.0
+            decode_time = last_cost = stream_time = 0.0
+            canvas = self.vq.blank_canvas()
             for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
                                row_length=self.target.cfg.grid):
+                t_step = time.perf_counter()
                 gen.add(step)
                 gen.image = None
                 elapsed = time.perf_counter() - t0
                 # decode if the share of time spent decoding stays within budget afterwards
                 if decode_time + last_cost <= decode_share * (elapsed + last_cost):
                     t1 = time.perf_counter()
-                    gen.image = self.vq.decode_partial(gen.tokens)
+                    gen.image = self.vq.decode_partial(gen.tokens, canvas=canvas)
                     last_cost = time.perf_counter() - t1
                     decode_time += last_cost
-                gen.stats = {**summarize(gen.steps), "decode_time": decode_time}
+                stream_time += time.perf_counter() - t_step
                 if int(gen.tokens.min()) >= 0:
                     break
                 yield gen
             t1 = time.perf_counter()
             gen.image = self.vq.decode_pil(gen.tokens[None])[0]
+            gen.stats = {**summarize(gen.steps), "decode_time": decode_time, "stream_time": stream_time}
             gen.stats["final_decode_time"] = time.perf_counter() - t1
-            gen.stats["decode_time"] = decode_time
             gen.stats["end_to_end_time"] = time.perf_counter() - t0
             gen.done = True
         yield gen
@@ -260,10 +269,8 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
     """A pipeline with random weights at a small shape (tests; fallback without trained weights).
 
     Word vocabulary "red green blue ..." (any other word is reported unknown),
-    a random ``VQModel`` with 4x downsampling (64 px images), codebook ``vocab``.
+    a random VQ decoder with 4x upsampling (64 px images), codebook ``vocab``.
     """
-    from diffusers import VQModel
-
     device = torch.device(device)
     torch.manual_seed(seed)
     words = "a an the of red green blue yellow face smiling cat dog heart star sun moon tree flag".split()
@@ -274,10 +281,8 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
     drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
     with torch.no_grad():
         drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
-    vq = VQModel(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
-                 up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16), layers_per_block=1,
-                 latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8,
-                 sample_size=grid * 4).eval()
+    vq = VQDecoderNet(VQDecoderConfig(up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16),
+                                      latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8))
     decoder = VQDecoder(vq, grid)
     neighbors = neighbor_table(decoder.raw_codebook(), 32)
     target, drafter, vq = target.to(device), drafter.to(device), vq.to(device)

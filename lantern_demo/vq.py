@@ -1,6 +1,8 @@
 """VQ image tokenizer: turn image-token ids back into pixels.
 
-Everything runs on :class:`diffusers.VQModel`. Two sources are supported:
+Decoding runs on :class:`~lantern_demo.vq_net.VQDecoderNet`, the decoding half of
+``diffusers.VQModel`` (same weights, same function, no diffusers import). Two sources
+are supported:
 
 * LlamaGen's ``VQ_16`` tokenizer (``peizesun/llamagen_t2i``, ``vq_ds16_t2i.pt``),
   converted on load by a table-driven rename (see :data:`LLAMAGEN_VQ_RENAMES`);
@@ -46,9 +48,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .vq_net import VQDecoderConfig, VQDecoderNet
+
 __all__ = [
     "LLAMAGEN_VQ_RENAMES",
     "LLAMAGEN_VQ_DROP",
+    "Canvas",
     "ConvertedVQ",
     "VQDecoder",
     "convert_llamagen_vq_state_dict",
@@ -287,24 +292,19 @@ def load_llamagen_vq(
     norm_groups: int = 32,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
-):
-    """Build a ``VQModel`` from LlamaGen's ``vq_ds16_t2i.pt``; returns ``(vq, raw_codebook)``.
+) -> tuple[VQDecoderNet, Tensor]:
+    """The decoder of LlamaGen's ``vq_ds16_t2i.pt``; returns ``(net, raw_codebook [V, D] float32)``.
 
     ``config`` (VQModel kwargs) defaults to one inferred from the weights' shapes.
     """
-    from diffusers import VQModel
-
     sd = load_llamagen_checkpoint(path, use_ema=use_ema)
     conv = convert_llamagen_vq_state_dict(sd)
     cfg = dict(config) if config is not None else llamagen_vq_config_from_state_dict(sd, norm_groups=norm_groups)
-    vq = VQModel(**cfg)
-    missing, unexpected = vq.load_state_dict(conv.state_dict, strict=False)
-    if missing or unexpected:
-        raise RuntimeError(
-            f"{os.fspath(path)!r} does not match the VQ_16 layout: missing {missing[:8]}, unexpected {unexpected[:8]}"
-        )
-    vq.eval().requires_grad_(False).to(device=device, dtype=dtype)
-    return vq, conv.raw_codebook.float()
+    try:
+        net = VQDecoderNet.from_state_dict(VQDecoderConfig.from_vqmodel(cfg), conv.state_dict, what=os.fspath(path))
+    except ValueError as e:
+        raise RuntimeError(f"{os.fspath(path)!r} does not match the VQ_16 layout: {e}") from None
+    return net.to(device=device, dtype=dtype), conv.raw_codebook.float()
 
 
 # ---------------------------------------------------------------------------
@@ -313,20 +313,21 @@ def load_llamagen_vq(
 
 
 class VQDecoder:
-    """Decode raster image-token ids with any ``diffusers.VQModel``.
+    """Decode raster image-token ids to pixels.
 
-    vq: the model (eval mode is set). grid: tokens per side, ``int`` or ``(H, W)``.
-    raw_codebook: [V, D] codebook for neighbour tables; defaults to the model's
-    own codebook (right for models we train; for LlamaGen pass the un-normalised one).
+    vq: a :class:`VQDecoderNet`, or a ``diffusers.VQModel`` (its decoder is taken, weights
+    shared). grid: tokens per side, ``int`` or ``(H, W)``. raw_codebook: [V, D] codebook for
+    neighbour tables; defaults to the model's own codebook (right for models we train; for
+    LlamaGen pass the un-normalised one).
     """
 
-    def __init__(self, vq, grid: int | tuple[int, int], raw_codebook: Tensor | None = None, fill_token: int = 0):
-        self.vq = vq.eval()
+    def __init__(self, vq: "VQDecoderNet | torch.nn.Module", grid: int | tuple[int, int],
+                 raw_codebook: Tensor | None = None, fill_token: int = 0):
+        self.vq = (vq if isinstance(vq, VQDecoderNet) else VQDecoderNet.from_vqmodel(vq)).eval()
         self.grid = (grid, grid) if isinstance(grid, int) else (int(grid[0]), int(grid[1]))
-        n_levels = len(vq.config.block_out_channels)
-        self.factor = 2 ** (n_levels - 1)
-        self.codebook_size = int(vq.config.num_vq_embeddings)
-        self.embed_dim = int(vq.quantize.embedding.weight.shape[1])
+        self.factor = 2 ** (len(self.vq.cfg.block_out_channels) - 1)
+        self.codebook_size = self.vq.cfg.num_vq_embeddings
+        self.embed_dim = self.vq.cfg.embed_dim
         self._raw = None if raw_codebook is None else raw_codebook.detach().float().cpu()
         if self._raw is not None and tuple(self._raw.shape) != (self.codebook_size, self.embed_dim):
             raise ValueError(f"raw codebook {tuple(self._raw.shape)} != ({self.codebook_size}, {self.embed_dim})")
@@ -348,14 +349,9 @@ class VQDecoder:
         grid: int | tuple[int, int],
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
-        **kw,
     ) -> "VQDecoder":
         """From a directory written by ``VQModel.save_pretrained`` (e.g. our emoji tokenizer)."""
-        from diffusers import VQModel
-
-        vq = VQModel.from_pretrained(os.fspath(path), **kw).to(device=device, dtype=dtype)
-        vq.requires_grad_(False)
-        return cls(vq, grid)
+        return cls(VQDecoderNet.from_pretrained(path, device=device, dtype=dtype), grid)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -397,19 +393,14 @@ class VQDecoder:
         """
         if output not in ("uint8", "float"):
             raise ValueError("output must be 'uint8' or 'float'")
-        ids = self._check_ids(ids)
-        b = ids.shape[0]
-        h, w = self.grid
-        shape = (b, h, w, self.embed_dim)
-        if self.vq.config.lookup_from_codebook:
-            x = self.vq.decode(ids, force_not_quantize=True, shape=shape).sample
-        else:  # a VQModel configured without codebook lookup: look up ourselves
-            quant = self.vq.quantize.get_codebook_entry(ids, shape)
-            x = self.vq.decode(quant, force_not_quantize=True).sample
-        x = x.float().clamp(-1, 1)
-        if output == "float":
-            return x
-        return ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
+        x = self._decode_rows(self._check_ids(ids), self.grid[0])
+        return x if output == "float" else _to_uint8(x)
+
+    def _decode_rows(self, ids: Tensor, rows: int) -> Tensor:
+        """ids [B, rows * W] (valid ids on the model's device) -> float32 [B, 3, rows * factor, W * factor]
+        in [-1, 1] (clamped): whole images, or a band of token rows for a canvas refresh."""
+        x = self.vq.decode(ids, (ids.shape[0], rows, self.grid[1], self.embed_dim))
+        return x.float().clamp(-1, 1)
 
     def decode_pil(self, ids: Tensor) -> list:
         """Decode ids [B, N] to a list of PIL images."""
@@ -417,8 +408,15 @@ class VQDecoder:
 
         return [Image.fromarray(a.numpy()) for a in self.decode(ids)]
 
+    def blank_canvas(self, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB) -> "Canvas":
+        """A canvas for :meth:`decode_partial`: every cell the placeholder colour, no ids shown."""
+        hp, wp = self.image_size
+        return Canvas(torch.tensor(placeholder, dtype=torch.uint8).expand(hp, wp, 3).clone(),
+                      torch.full((self.num_tokens,), -1, dtype=torch.long))
+
     @torch.inference_mode()
-    def decode_partial(self, ids: Tensor, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB):
+    def decode_partial(self, ids: Tensor, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB,
+                       canvas: "Canvas | None" = None):
         """Decode a partly generated image; ids [N] with -1 at missing positions.
 
         Missing positions are decoded with ``fill_token`` (only so that the
@@ -427,6 +425,13 @@ class VQDecoder:
         shown. Generated cells next to missing ones can still be slightly
         influenced by the fill (the decoder's receptive field spans cells); the
         final full decode is exact. Returns a PIL image.
+
+        With a ``canvas`` (the previous refresh of the same image, updated in place) only
+        the token rows whose ids changed since then are decoded, from a band of
+        :data:`CANVAS_MARGIN` token rows of context on each side: a streamed preview then
+        costs a share of a full decode proportional to the rows that changed. Context
+        beyond the band (the decoder's mid-block attention spans the whole image) is left
+        out of such refreshes, so they are previews too.
         """
         from PIL import Image
 
@@ -435,14 +440,42 @@ class VQDecoder:
             raise ValueError(f"expected {self.num_tokens} ids, got {ids.numel()}")
         missing = ids < 0
         h, w = self.grid
-        hp, wp = self.image_size
-        if bool(missing.all()):
-            img = torch.tensor(placeholder, dtype=torch.uint8).expand(hp, wp, 3).contiguous()
-            return Image.fromarray(img.numpy())
-        filled = torch.where(missing, torch.full_like(ids, self.fill_token), ids)
-        img = self.decode(filled[None])[0].clone()  # [H, W, 3] uint8
-        if bool(missing.any()):
-            cell = missing.view(h, w)
-            pix = cell.repeat_interleave(self.factor, 0).repeat_interleave(self.factor, 1)
-            img[pix] = torch.tensor(placeholder, dtype=torch.uint8)
-        return Image.fromarray(img.numpy())
+        paint = torch.tensor(placeholder, dtype=torch.uint8)
+        if canvas is None:
+            canvas = self.blank_canvas(placeholder)
+            rows = (0, h) if bool((~missing).any()) else (0, 0)
+        else:
+            changed = torch.nonzero((ids != canvas.ids).view(h, w).any(1)).flatten()
+            rows = (int(changed[0]), int(changed[-1]) + 1) if changed.numel() else (0, 0)
+        r0, r1 = rows
+        if r1 > r0:
+            b0 = 0 if rows == (0, h) else max(0, r0 - CANVAS_MARGIN)
+            b1 = h if rows == (0, h) else min(h, r1 + CANVAS_MARGIN)
+            filled = torch.where(missing, torch.full_like(ids, self.fill_token), ids).view(h, w)[b0:b1]
+            band = _to_uint8(self._decode_rows(filled.reshape(1, -1).to(self.device), b1 - b0))[0]
+            f = self.factor
+            canvas.pixels[r0 * f:r1 * f] = band[(r0 - b0) * f:(r1 - b0) * f]
+            cell = missing.view(h, w)[r0:r1]
+            pix = cell.repeat_interleave(f, 0).repeat_interleave(f, 1)
+            canvas.pixels[r0 * f:r1 * f][pix] = paint
+            canvas.ids = ids.clone()
+        return Image.fromarray(canvas.pixels.numpy())
+
+
+
+def _to_uint8(x: Tensor) -> Tensor:
+    """float [B, 3, H, W] in [-1, 1] -> uint8 [B, H, W, 3] on the CPU."""
+    return ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+
+#: Token rows of context decoded on each side of the rows a canvas refresh changes.
+CANVAS_MARGIN = 2
+
+
+@dataclass
+class Canvas:
+    """A streamed partial image: ``pixels`` [H, W, 3] uint8 as last shown and ``ids`` [N], the
+    token ids it shows (-1 = placeholder); :meth:`VQDecoder.decode_partial` updates both."""
+
+    pixels: Tensor
+    ids: Tensor

@@ -18,6 +18,7 @@ import torch
 
 from lantern_demo.bench import metrics
 from lantern_demo.bench.features import EvalEncoder, load as load_encoder, save as save_encoder
+from lantern_demo.bench.paired import paired_ratio
 from lantern_demo.pipeline import load_pipeline
 from lantern_demo.sampling import SamplingConfig, probs_from_logits
 
@@ -128,14 +129,28 @@ def test_quick_schema(quick):
     assert all(r["summary"]["drafter_passes"] == 0 and r["shape"] == "window" for r in sjd)
     n_prompts = len(res["meta"]["prompts"])
     assert n_prompts == 2 and res["meta"]["total_seconds"] > 0
+    assert res["meta"]["repeats"] == 3
+    walls = {r["name"]: [p["stats"]["wall_time"] for p in r["per_prompt"]] for r in res["rows"]}
     for r in res["rows"]:
         s = r["summary"]
         for key in ("nfe", "mean_accepted", "wall_time", "wall_time_p25", "wall_time_p75", "first_token_latency",
-                    "e2e_time", "speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "speedup_vs_sjd", "nll", "nll_se",
-                    "mean_tvd",
-                    "acceptance_rate", "tokens_per_pass_hist"):
+                    "e2e_time", "nll", "nll_se", "mean_tvd", "acceptance_rate", "tokens_per_pass_hist",
+                    "target_time", "sample_time", "draft_time", "accept_time", "cache_time", "stream_time"):
             assert key in s, (r["name"], key)
         assert s["e2e_time"] >= s["wall_time"] > 0
+        # every row is compared with every reference, and the entry is paired.paired_ratio of the per-prompt times
+        assert sorted(r["paired"]) == ["ar", "eagle", "sd", "sjd"]
+        ref_rows = {m: next(x for x in res["rows"] if x["method"] == m and not x["params"]) for m in r["paired"]}
+        for m, e in r["paired"].items():
+            ratio, ci = paired_ratio(walls[ref_rows[m]["name"]], walls[r["name"]], seed=res["meta"]["seed"])
+            assert e == {"ratio": ratio, "ci95": list(ci)} and ci[0] <= ratio <= ci[1]
+        for p in r["per_prompt"]:  # the prompt's times are those of its median repeat: the split adds up
+            assert len(p["wall_times"]) == 3 and p["stats"]["wall_time"] == sorted(p["wall_times"])[1]
+            parts = ("target_time", "sample_time", "draft_time", "accept_time", "cache_time")
+            assert sum(p["stats"][k] for k in parts) <= p["stats"]["wall_time"]
+            assert len(p["e2e_times"]) == 3 and p["e2e_time"] == sorted(p["e2e_times"])[1]
+        if r["method"] == "ar":
+            assert s["draft_time"] == s["accept_time"] == s["cache_time"] == 0.0
         assert s["nfe"] * s["mean_accepted"] == pytest.approx(res["meta"]["num_tokens"])
         assert len(r["per_prompt"]) == n_prompts
         assert [p["prompt_index"] for p in r["per_prompt"]] == list(range(n_prompts))
@@ -144,28 +159,40 @@ def test_quick_schema(quick):
         assert sum(hist.values()) == pytest.approx(n_prompts * (s["nfe"] - 1))
         if r["method"] in ("ar", "sd", "eagle", "sjd"):
             assert s["mean_tvd"] == 0.0
-    ar = res["rows"][0]["summary"]
-    assert ar["nfe"] == res["meta"]["num_tokens"] and ar["speedup_vs_ar"] == 1.0
+    ar = res["rows"][0]
+    assert ar["summary"]["nfe"] == res["meta"]["num_tokens"] and ar["paired"]["ar"] == {"ratio": 1.0, "ci95": [1.0, 1.0]}
+    assert "| target forward | sampling | drafting |" in stdout
     if load_encoder() is not None:
         assert all("retrieval_top1" in r["summary"] for r in res["rows"])
     else:
         assert any("eval encoder" in n for n in res["notes"])
 
 
-def test_update_docs_replaces_only_its_section(quick, tmp_path):
-    from lantern_demo.bench.run import DOCS_END, DOCS_START, update_docs
+def test_update_docs_replaces_only_its_sections(quick, tmp_path):
+    from lantern_demo.bench.paired import phrase
+    from lantern_demo.bench.run import DOCS_END, DOCS_START, HEADLINE_END, HEADLINE_START, update_docs
 
     out, res, _ = quick
-    doc = tmp_path / "benchmarks.md"
+    (tmp_path / "docs").mkdir()
+    doc = tmp_path / "docs" / "benchmarks.md"
     doc.write_text(f"# Title\n\nintro\n\n{DOCS_START}\nOLD-SECTION-42\n{DOCS_END}\n\ntail\n")
-    update_docs(res, doc, out)
-    update_docs(res, doc, out)  # idempotent
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Readme\n\n{HEADLINE_START}\nOLD-HEADLINE\n{HEADLINE_END}\n\nmore\n")
+    update_docs(res, [readme, doc], out)
+    update_docs(res, [readme, doc], out)  # idempotent
     text = doc.read_text()
     assert text.startswith("# Title\n\nintro\n") and text.endswith("\n\ntail\n") and "OLD-SECTION-42" not in text
     assert text.count(DOCS_START) == 1 and "| setting | NFE |" in text and "tradeoff.png" in text
+    assert "| target forward | sampling | drafting |" in text and "x AR [95% CI]" in text
     assert "Closest to the paper's headline" in text
     assert "Drafter-free: **sjd+lantern coupled" in text and "ms acceptance" in text
-    assert res["analysis"]["sjd_lantern_over_lantern_chain"] > 0
+    head = readme.read_text()
+    assert head.startswith(f"# Readme\n\n{HEADLINE_START}\n") and head.endswith(f"{HEADLINE_END}\n\nmore\n")
+    assert "OLD-HEADLINE" not in head and "(docs/benchmarks.md)" in head and DOCS_START not in head
+    sjd = res["analysis"]["sjd_lantern_default"]
+    assert phrase(sjd["paired"]["ar"], "AR") in head  # the prose quotes the paired entries, "level with" included
+    entry = res["analysis"]["sjd_lantern_over_lantern_chain"]
+    assert entry["ci95"][0] <= entry["ratio"] <= entry["ci95"][1]
 
 
 def test_quick_delta_zero_matches_sd_quality(quick):
@@ -196,7 +223,7 @@ def _strip_timings(res: dict) -> dict:
     timing = set(res["timing_keys"])
     rows = []
     for r in res["rows"]:
-        r = dict(r)
+        r = {k: v for k, v in r.items() if k not in timing}
         r["summary"] = {k: v for k, v in r["summary"].items() if k not in timing}
         r["per_prompt"] = [
             {**{k: v for k, v in p.items() if k not in timing},

@@ -164,3 +164,27 @@ def test_bad_configs_are_rejected():
         generate(target, drafter, 0, DecodeConfig("lantern", delta=2.0), 4, neighbors=toy_neighbors(4))
     with pytest.raises(ValueError, match="gamma"):
         generate(target, drafter, 0, DecodeConfig("sd", gamma=0), 4)
+
+
+@pytest.mark.parametrize("name", ["ar", "sd", "eagle", "lantern-chain", "sjd"])
+def test_step_time_split_is_disjoint_and_summed(name):
+    """Each step's time parts are disjoint slices of its share of ``elapsed``; summarize sums them."""
+    vocab, n = 12, 14
+    target, drafter = toy_pair(vocab, 0, noise=0.6)
+    config = {"ar": DecodeConfig("ar"), "sjd": DecodeConfig("sjd", window=4)}.get(name) or SPEC_CONFIGS[name]
+    res = generate(target, drafter, 0, config, n, seed=0, neighbors=toy_neighbors(vocab, 0))
+    parts = ("draft_time", "target_time", "sample_time", "accept_time", "cache_time")
+    before = 0.0
+    for step in res.steps:
+        times = [getattr(step, k) for k in parts]
+        assert min(times) >= 0.0 and step.target_time > 0.0 and step.sample_time > 0.0
+        assert sum(times) <= step.elapsed - before, (name, step.index)
+        before = step.elapsed
+    prefill = res.steps[0]
+    assert prefill.draft_time == prefill.accept_time == prefill.cache_time == 0.0
+    if name == "ar":
+        assert all(s.draft_time == s.accept_time == s.cache_time == 0.0 for s in res.steps)
+    else:
+        assert all(s.draft_time > 0 and s.accept_time > 0 and s.cache_time > 0 for s in res.steps[1:])
+    for k in parts:
+        assert res.stats[k] == pytest.approx(sum(getattr(s, k) for s in res.steps), rel=1e-12)

@@ -26,6 +26,9 @@ def test_every_method_end_to_end(pipe, method):
     assert final.stats["tokens"] == 256 and final.stats["nfe"] == len(final.steps)
     assert sum(len(s.tokens) for s in final.steps) == 256
     assert len(events) >= 2 and events[0].image is not None  # a placeholder image right after prefill
+    st = final.stats  # the pipeline's times: streaming work contains the partial decodes, all within e2e
+    assert 0 < st["decode_time"] <= st["stream_time"]
+    assert st["wall_time"] + st["stream_time"] + st["final_decode_time"] <= st["end_to_end_time"]
 
 
 def test_loaded_once_and_deterministic(pipe):

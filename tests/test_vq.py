@@ -301,12 +301,15 @@ def test_checkpoint_with_arbitrary_objects_is_refused(tmp_path):
         load_llamagen_checkpoint(p)
 
 
+def _decoder_and_ids(seed: int) -> tuple[VQDecoder, torch.Tensor]:
+    """A decoder of the converted reference VQ and random ids [GRID * GRID] of a whole image."""
+    vq, conv = make_converted(make_ref())
+    torch.manual_seed(seed)
+    return VQDecoder(vq, GRID, raw_codebook=conv.raw_codebook), torch.randint(0, V, (GRID * GRID,))
+
+
 def test_partial_decode_shows_placeholders():
-    ref = make_ref()
-    vq, conv = make_converted(ref)
-    dec = VQDecoder(vq, GRID, raw_codebook=conv.raw_codebook)
-    torch.manual_seed(3)
-    full = torch.randint(0, V, (GRID * GRID,))
+    dec, full = _decoder_and_ids(3)
     n_done = 6  # first row (4 cells) + 2 cells of the second
     partial = full.clone()
     partial[n_done:] = -1
@@ -347,3 +350,24 @@ def test_own_vqmodel_round_trip(tmp_path):
     assert torch.equal(dec.raw_codebook(), vq.quantize.embedding.weight.detach())
     with pytest.raises(ValueError):
         dec.decode(torch.full((1, 16), 32))
+
+
+def test_canvas_refresh_decodes_only_changed_rows():
+    dec, full = _decoder_and_ids(4)
+    canvas = dec.blank_canvas()
+    ids = torch.full_like(full, -1)
+    ids[:2] = full[:2]  # two cells of row 0
+    first = as_tensor(dec.decode_partial(ids, canvas=canvas))
+    assert torch.equal(canvas.ids, ids) and torch.equal(as_tensor(first), canvas.pixels)
+    f, grey = dec.factor, torch.tensor(PLACEHOLDER_RGB, dtype=torch.uint8)
+    assert (first[f:] == grey).all() and (first[:f, 2 * f:] == grey).all()
+    assert not (first[:f, :2 * f] == grey).all()
+    # cells of the last row change: rows 0.. GRID-2 keep their pixels, whatever their context now decodes to
+    before = canvas.pixels.clone()
+    ids[-GRID:] = full[-GRID:]
+    last = as_tensor(dec.decode_partial(ids, canvas=canvas))
+    assert torch.equal(last[:(GRID - 1) * f], before[:(GRID - 1) * f])
+    assert not (last[(GRID - 1) * f:] == grey).all()
+    # with the band covering the whole image (GRID <= 2 * margin + 1), a refresh equals the full decode
+    done = as_tensor(dec.decode_partial(full, canvas=canvas))
+    assert GRID <= 5 and torch.equal(done[f:(GRID - 1) * f], dec.decode(full[None])[0][f:(GRID - 1) * f])

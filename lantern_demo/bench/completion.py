@@ -46,11 +46,17 @@ def grouped_retrieval(image_feats: np.ndarray, text_feats: np.ndarray, group: in
 
 
 def real_tokens(pipe, images: np.ndarray, background: int | None) -> torch.Tensor:
-    """VQ token ids [N, grid**2] of uint8 images [N, H, W, 3], background rule applied."""
+    """VQ token ids [N, grid**2] of uint8 images [N, H, W, 3], background rule applied.
+
+    Encoding needs the whole ``diffusers.VQModel`` (the pipeline holds only its decoder),
+    read again from the preset's ``vq`` weights."""
+    from diffusers import VQModel
+
     from ..train.train_vq import encode_ids
 
+    vq = VQModel.from_pretrained(str(pipe.preset.fetch("vq"))).to(pipe.device)
     with torch.no_grad():
-        return encode_ids(pipe.vq.vq, images, background=background).reshape(len(images), -1)
+        return encode_ids(vq, images, background=background).reshape(len(images), -1)
 
 
 def measure(pipe, ds, idx: np.ndarray, prompts: list[str], encoder, rows: list[int], sampling: SamplingConfig,

@@ -1,6 +1,6 @@
 """PNG plots of a benchmark result (matplotlib, Agg backend).
 
-- ``tradeoff.png``: speed-up vs AR against quality (FD when available, and NLL),
+- ``tradeoff.png``: speed-up vs AR (paired, ``paired.speedup``) against quality (FD when available, and NLL),
   lantern as one line per k through its deltas, lantern++ as a line through its
   lambdas, sjd+lantern as a line through its deltas, ar / sd / eagle / sjd (and
   coupled sjd) as single points.
@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from .paired import speedup
+
 _MARK = {"ar": "s", "sd": "^", "eagle": "D", "sjd": "*"}
+
+
+def _x(r: dict[str, Any]) -> float:
+    """The row's paired speed-up over AR (nan when AR is not in the run)."""
+    x = speedup(r, "ar")
+    return np.nan if x is None else x
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -43,15 +51,15 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
         for r in rows:
             s = r["summary"]
             if r["method"] in _MARK and key in s:
-                ax.errorbar(s.get("speedup_vs_ar", np.nan), s[key], yerr=s.get(err), fmt=_MARK[r["method"]],
+                ax.errorbar(_x(r), s[key], yerr=s.get(err), fmt=_MARK[r["method"]],
                             color="black", ms=7, capsize=2)
-                ax.annotate(_label(r), (s.get("speedup_vs_ar", np.nan), s[key]), textcoords="offset points",
+                ax.annotate(_label(r), (_x(r), s[key]), textcoords="offset points",
                             xytext=(5, 4), fontsize=8)
         lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
         chain = sorted((r for r in rows if r["method"] == "lantern" and r["shape"] == "chain"),
                        key=lambda r: r["params"]["delta"])
         if chain:
-            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in chain]
+            xs = [_x(r) for r in chain]
             ys = [r["summary"].get(key, np.nan) for r in chain]
             ax.errorbar(xs, ys, yerr=[r["summary"].get(err, np.nan) for r in chain], marker="P", ls=":",
                         capsize=2, label=f"lantern on sd's chain (k={chain[0]['params']['k']:g})")
@@ -62,7 +70,7 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
         for k in ks:
             line = zero + [r for r in lant if r["params"]["k"] == k and r["params"]["delta"] > 0]
             line.sort(key=lambda r: r["params"]["delta"])
-            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in line]
+            xs = [_x(r) for r in line]
             ys = [r["summary"].get(key, np.nan) for r in line]
             es = [r["summary"].get(err, np.nan) for r in line]
             ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=f"lantern k={k:g} (delta ->)")
@@ -70,7 +78,7 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
                 ax.annotate(f"{r['params']['delta']:g}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
         sjd = sorted((r for r in rows if r["method"] == "sjd+lantern"), key=lambda r: r["params"]["delta"])
         if sjd:
-            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in sjd]
+            xs = [_x(r) for r in sjd]
             ys = [r["summary"].get(key, np.nan) for r in sjd]
             ax.errorbar(xs, ys, yerr=[r["summary"].get(err, np.nan) for r in sjd], marker="X", ls="-.", capsize=2,
                         label=f"sjd+lantern, no drafter (k={sjd[0]['params']['k']:g}, delta ->)")
@@ -78,14 +86,14 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
                 ax.annotate(f"{r['params']['delta']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         pp = sorted((r for r in rows if r["method"] == "lantern++"), key=lambda r: r["params"]["lam"])
         if pp:
-            xs = [r["summary"].get("speedup_vs_ar", np.nan) for r in pp]
+            xs = [_x(r) for r in pp]
             ys = [r["summary"].get(key, np.nan) for r in pp]
             ax.errorbar(xs, ys, yerr=[r["summary"].get(err, np.nan) for r in pp], marker="v", ls="--", capsize=2,
                         label="lantern++ (lambda ->)")
             for r, x, y in zip(pp, xs, ys):
                 ax.annotate(f"{r['params']['lam']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.axvline(1.0, color="grey", lw=0.6, ls=":")
-        ax.set_xlabel("speed-up vs AR (median engine wall time)")
+        ax.set_xlabel("speed-up vs AR (paired geometric mean over prompts, engine wall time)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -132,7 +140,7 @@ def samples(result: dict[str, Any], images: dict[str, list[np.ndarray]], path: P
     lant = [r for r in rows if r["method"] == "lantern" and r["shape"] == "tree"]
     if lant:
         names.append(min(lant, key=lambda r: r["summary"]["mean_tvd"])["name"])
-        names.append(max(lant, key=lambda r: r["summary"].get("speedup_vs_ar", 0.0))["name"])
+        names.append(max(lant, key=lambda r: speedup(r, "ar") or 0.0)["name"])
     pp = [r for r in rows if r["method"] == "lantern++"]
     if pp:
         names.append(pp[len(pp) // 2]["name"])

@@ -1,6 +1,6 @@
 """The speed/quality benchmark: every method and setting on the same prompts and seeds.
 
-    python -m lantern_demo.bench [--preset emoji] [--quick] [--out DIR]
+    python -m lantern_demo.bench [--preset emoji] [--quick] [--repeats 3] [--out DIR] [--update-docs MD ...]
     accelerate launch --multi_gpu --num_processes 2 -m lantern_demo.bench ...   # data parallel
 
 Data parallel on a CPU-only machine works the same way (``--multi_gpu`` only picks
@@ -35,17 +35,20 @@ import torch
 from ..engine import DecodeConfig
 from ..sampling import SamplingConfig
 from . import metrics
+from .paired import RESAMPLES, paired_entry, phrase, ratio_text, speedup
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = "lantern-bench v1"
 
-#: Per-prompt record keys and summary keys that are timings (they differ between runs;
+#: Row, per-prompt record and summary keys that are timings (they differ between runs;
 #: everything else is identical between a single-process and a sharded run).
 TIMING_KEYS = (
-    "wall_time", "tokens_per_s", "first_token_latency", "draft_time", "target_time", "accept_time",
-    "accept_time_per_step", "target_time_per_step", "decode_time", "final_decode_time", "end_to_end_time",
-    "e2e_time", "text_time",
+    "wall_time", "tokens_per_s", "first_token_latency", "draft_time", "target_time", "sample_time", "accept_time",
+    "cache_time", "accept_time_per_step", "target_time_per_step", "decode_time", "stream_time", "final_decode_time",
+    "end_to_end_time", "e2e_time", "text_time", "wall_times", "e2e_times", "paired",
 )
+#: The engine's time split of a pass (``engine.Step``) and the pipeline's streaming work, in table order.
+PASS_PARTS = ("target_time", "sample_time", "draft_time", "accept_time", "cache_time", "stream_time")
 
 #: Prompts for presets without a held-out caption set (tiny-random knows only these words).
 TINY_PROMPTS = [
@@ -192,9 +195,14 @@ def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_d
 # ----------------------------------------------------------------------------- one shard
 
 
+def _sha1(tokens: torch.Tensor) -> str:
+    return hashlib.sha1(tokens.numpy().astype(np.int32).tobytes()).hexdigest()
+
+
 def run_prompt(pipe, setting: Setting, prompt: str, index: int, seed: int) -> dict[str, Any]:
-    """Generate one image and measure it. The record has no tensors (picklable, JSON-ready)
-    except ``image`` (uint8 array), which the main process removes after computing features."""
+    """Generate one image and measure it (one repeat). The record has no tensors (picklable,
+    JSON-ready) except ``image`` (uint8 array), which the main process removes after computing
+    features. ``wall_times`` / ``e2e_times`` list the repeats' times (``add_repeat``)."""
     t0 = time.perf_counter()
     gen = pipe(prompt, setting.config, seed=seed)
     e2e = time.perf_counter() - t0
@@ -209,13 +217,37 @@ def run_prompt(pipe, setting: Setting, prompt: str, index: int, seed: int) -> di
         "prompt_index": index,
         "seed": seed,
         "stats": dict(gen.stats),
-        "e2e_time": e2e,
+        "repeat_stats": [dict(gen.stats)],
+        "e2e_times": [e2e],
         "text_time": text_time,
-        "tokens_sha1": hashlib.sha1(tokens.numpy().astype(np.int32).tobytes()).hexdigest(),
+        "tokens_sha1": _sha1(tokens),
         "tokens_per_pass_hist": {str(k): v for k, v in sorted(per_pass.items())},
         **nll,
         "image": np.asarray(gen.image.convert("RGB"), dtype=np.uint8),
     }
+
+
+def add_repeat(pipe, setting: Setting, prompt: str, record: dict[str, Any]) -> None:
+    """Time ``setting`` on ``prompt`` once more (same seed) into ``record``. Raises RuntimeError
+    if the tokens differ from the first repeat's: the repeats must time the same work."""
+    t0 = time.perf_counter()
+    gen = pipe(prompt, setting.config, seed=record["seed"])
+    record["e2e_times"].append(time.perf_counter() - t0)
+    if _sha1(gen.tokens) != record["tokens_sha1"]:
+        raise RuntimeError(f"setting {setting.name!r}, prompt {record['prompt_index']}: a repeat with the same "
+                           "seed gave other tokens, so its time is not comparable (non-deterministic decoding)")
+    record["repeat_stats"].append(dict(gen.stats))
+
+
+def finish_repeats(record: dict[str, Any]) -> None:
+    """Keep the timings of the median repeat by engine wall time (the lower middle one for an
+    even count): one real run, so that its time split adds up to its wall time. Counts stay (the
+    repeats decode the same tokens); ``wall_times`` / ``e2e_times`` keep every repeat's time, and
+    ``e2e_time`` is the median of the latter."""
+    reps = record.pop("repeat_stats")
+    record["stats"] = sorted(reps, key=lambda r: r["wall_time"])[(len(reps) - 1) // 2]
+    record["wall_times"] = [r["wall_time"] for r in reps]
+    record["e2e_time"] = statistics.median(record["e2e_times"])
 
 
 def warm_up(pipe, settings: list[Setting], prompt: str) -> None:
@@ -227,15 +259,35 @@ def warm_up(pipe, settings: list[Setting], prompt: str) -> None:
             pipe(prompt, s.config, seed=10**6)
 
 
+def repeat_order(n_settings: int, repeat: int) -> list[int]:
+    """Setting indices in the order repeat ``repeat`` runs them: rotated by one per repeat, so
+    that over the repeats no setting always runs first (after a cold cache) or right after the
+    same neighbour."""
+    shift = repeat % n_settings
+    return list(range(shift, n_settings)) + list(range(shift))
+
+
 def run_shard(pipe, settings: list[Setting], prompts: list[str], indices: list[int], seed: int,
-              log=print) -> list[dict]:
-    """All settings on the prompts ``indices``; prompts outer, settings inner, so that load
-    drifts of the machine hit every setting alike. Seeds depend on the prompt index only."""
+              repeats: int = 3, log=print) -> list[dict]:
+    """All settings on the prompts ``indices``, each timed ``repeats`` times (median per prompt).
+
+    Prompts outer, then repeats, then settings in ``repeat_order``: load drifts of the machine
+    hit every setting alike, and the repeats of one setting are spread over the prompt's time.
+    Seeds depend on the prompt index only.
+    """
     records = []
     t0 = time.time()
     for n, i in enumerate(indices):
-        for s in settings:
-            records.append(run_prompt(pipe, s, prompts[i], i, seed + i))
+        mine: dict[int, dict] = {}
+        for r in range(repeats):
+            for j in repeat_order(len(settings), r):
+                if r == 0:
+                    mine[j] = run_prompt(pipe, settings[j], prompts[i], i, seed + i)
+                else:
+                    add_repeat(pipe, settings[j], prompts[i], mine[j])
+        for j in range(len(settings)):
+            finish_repeats(mine[j])
+            records.append(mine[j])
         el = time.time() - t0
         log(f"  prompt {n + 1}/{len(indices)} done ({el:.0f}s, about {el / (n + 1) * (len(indices) - n - 1):.0f}s left)")
     return records
@@ -249,7 +301,12 @@ def _q(v: list[float], q: float) -> float:
 
 
 def summarize_setting(recs: list[dict]) -> dict[str, Any]:
-    """Speed and per-sequence quality of one setting over its prompts (records sorted by prompt)."""
+    """Speed and per-sequence quality of one setting over its prompts (records sorted by prompt).
+
+    A prompt's times are those of its median repeat (``finish_repeats``); wall_time and the like
+    are medians over prompts of those, the per-pass split (``PASS_PARTS``, seconds per image) and
+    wall_time_mean means over prompts.
+    """
     st = [r["stats"] for r in recs]
     walls = [s["wall_time"] for s in st]
     tokens = sum(s["tokens"] for s in st)
@@ -270,13 +327,12 @@ def summarize_setting(recs: list[dict]) -> dict[str, Any]:
         "wall_time_p75": _q(walls, 0.75),
         "wall_time_min": min(walls),
         "wall_time_max": max(walls),
+        "wall_time_mean": statistics.fmean(walls),
         "first_token_latency": statistics.median(s["first_token_latency"] for s in st),
         "e2e_time": statistics.median(r["e2e_time"] for r in recs),
         "text_time": statistics.median(r["text_time"] for r in recs),
         "final_decode_time": statistics.median(s.get("final_decode_time", 0.0) for s in st),
-        "draft_time": statistics.fmean(s["draft_time"] for s in st),
-        "target_time": statistics.fmean(s["target_time"] for s in st),
-        "accept_time": statistics.fmean(s["accept_time"] for s in st),
+        **{k: statistics.fmean(s[k] for s in st) for k in PASS_PARTS},
         "nll": nll_m,
         "nll_se": nll_se,
         "out_of_support": sum(r["out_of_support"] for r in recs),
@@ -286,26 +342,27 @@ def summarize_setting(recs: list[dict]) -> dict[str, Any]:
     }
 
 
-#: The exact methods every row's speed-up is given against (when in the run).
+#: The exact methods every row's speed-up is given against (when in the run), and their names in prose.
 REFERENCES = ("ar", "sd", "eagle", "sjd")
+REFERENCE_LABELS = {"ar": "AR", "sd": "SD", "eagle": "EAGLE-2", "sjd": "SJD"}
 
 
-def add_speedups(rows: list[dict], recs_by: dict[str, list[dict]]) -> None:
-    """Speed-ups vs ar / sd / eagle / sjd in this run: ratio of median wall times, plus the
-    geometric mean of per-prompt (paired) ratios vs ar."""
+def _walls(recs: list[dict]) -> list[float]:
+    """Per-prompt engine wall times (medians over repeats), in prompt order."""
+    return [r["stats"]["wall_time"] for r in recs]
+
+
+def add_speedups(rows: list[dict], recs_by: dict[str, list[dict]], seed: int) -> None:
+    """``row["paired"][m]`` for every reference m (ar / sd / eagle / sjd) in the run: the paired
+    per-prompt speed-up of the row's engine wall time over m's (``paired.paired_entry``; the
+    bootstrap seeded with ``seed``); and the ratio of mean NFE, ``summary["nfe_ratio_vs_<m>"]``."""
     ref = {r["method"]: r for r in reversed(rows) if not r["params"]}  # the first ar / sd / eagle / sjd row
     for row in rows:
-        s = row["summary"]
+        row["paired"] = {m: paired_entry(_walls(recs_by[ref[m]["name"]]), _walls(recs_by[row["name"]]), seed)
+                         for m in REFERENCES if m in ref}
         for m in REFERENCES:
             if m in ref:
-                s[f"speedup_vs_{m}"] = ref[m]["summary"]["wall_time"] / s["wall_time"]
-                s[f"e2e_speedup_vs_{m}"] = ref[m]["summary"]["e2e_time"] / s["e2e_time"]
-                s[f"nfe_ratio_vs_{m}"] = ref[m]["summary"]["nfe"] / s["nfe"]
-        if "ar" in ref:
-            a = recs_by[ref["ar"]["name"]]
-            b = recs_by[row["name"]]
-            ratios = [x["stats"]["wall_time"] / y["stats"]["wall_time"] for x, y in zip(a, b)]
-            s["speedup_vs_ar_paired_geomean"] = float(np.exp(np.mean(np.log(ratios))))
+                row["summary"][f"nfe_ratio_vs_{m}"] = ref[m]["summary"]["nfe"] / row["summary"]["nfe"]
 
 
 def image_metrics(rows: list[dict], recs_by: dict[str, list[dict]], prompts: list[str], real_idx, ds,
@@ -403,28 +460,29 @@ def merge(records: list[dict], settings: list[Setting], prompts: list[str], real
             "config": _config_dict(s.config),
             "summary": summarize_setting(recs_by[s.name]),
         })
-    add_speedups(rows, recs_by)
+    add_speedups(rows, recs_by, args.seed)
     refs = image_metrics(rows, recs_by, prompts, real_idx, ds, encoder, notes, args.seed)
     paper_metrics(rows, recs_by, pipe, notes)
     for row in rows:
         row["per_prompt"] = [{k: v for k, v in r.items() if k not in ("image", "setting")} for r in recs_by[row["name"]]]
     result = {"schema": SCHEMA, "meta": meta, "references": refs, "notes": notes, "rows": rows,
               "timing_keys": list(TIMING_KEYS) + _summary_timing_keys()}
-    result["analysis"] = analysis(result)
+    result["analysis"] = analysis(result, recs_by)
     return result
 
 
-def analysis(result: dict[str, Any]) -> dict[str, Any]:
+def analysis(result: dict[str, Any], recs_by: dict[str, list[dict]]) -> dict[str, Any]:
     """The numbers docs/benchmarks.md discusses, computed by a fixed rule so that they regenerate.
 
     Exact reference: the mean over the exact rows (ar, sd, eagle, lantern with delta 0) of FD and
     retrieval. A relaxed setting is *acceptable* when its FD exceeds the reference by at most twice
     the combined bootstrap noise and its retrieval accuracy is at most two binomial standard errors
     below the reference (with no eval encoder: when its mean TVD is <= 0.05). Reported: lantern at
-    the report's default (delta, k) on the tree (``meta.default_relaxation``), the fastest acceptable relaxed setting, and
-    the lantern setting closest to the paper's headline of 1.8x over EAGLE-2; and the drafter-free sjd+lantern at the default
-    delta next to lantern on the chain at that delta (``sjd_lantern_over_lantern_chain``: the
-    ratio of their median wall times).
+    the report's default (delta, k) on the tree (``meta.default_relaxation``), the fastest acceptable relaxed setting
+    (largest paired speed-up over AR), and the lantern setting closest to the paper's headline of 1.8x over EAGLE-2;
+    and the drafter-free sjd+lantern at the default delta next to lantern on the chain at that delta
+    (``sjd_lantern_over_lantern_chain``: the paired speed-up of the first over the second). ``recs_by``: each
+    setting's per-prompt records, in prompt order.
     """
     rows = result["rows"]
     exact = [r for r in rows if r["method"] in REFERENCES
@@ -458,20 +516,19 @@ def analysis(result: dict[str, Any]) -> dict[str, Any]:
         if r is None:
             return None
         s = r["summary"]
-        keys = ("speedup_vs_ar", "speedup_vs_sd", "speedup_vs_eagle", "speedup_vs_sjd", "nfe", "mean_accepted",
-                "nll", "mean_tvd", "fd", "fd_boot_std", "retrieval_top1", "precision", "recall", "acceptable",
-                "draft_time", "target_time", "accept_time")
-        return {"name": r["name"], **{k: s[k] for k in keys if k in s}}
+        keys = ("nfe", "mean_accepted", "nll", "mean_tvd", "fd", "fd_boot_std", "retrieval_top1", "precision",
+                "recall", "acceptable", *PASS_PARTS)
+        return {"name": r["name"], "paired": r["paired"], **{k: s[k] for k in keys if k in s}}
 
     d_def, k_def = result["meta"]["default_relaxation"]
     default = next((r for r in relaxed if r["method"] == "lantern" and r["shape"] == "tree"
                     and r["params"]["delta"] == d_def and r["params"]["k"] == k_def), None)
     good = [r for r in relaxed if r["summary"]["acceptable"]]
-    fastest = max(good, key=lambda r: r["summary"].get("speedup_vs_ar", 0.0), default=None)
+    fastest = max(good, key=lambda r: speedup(r, "ar") or 0.0, default=None)
     # the paper's comparison: LANTERN on EAGLE-2's own dynamic tree vs EAGLE-2
-    lant = [r for r in relaxed if r["method"] == "lantern" and r["shape"] == "tree" and "speedup_vs_eagle" in r["summary"]]
-    near = min(lant, key=lambda r: abs(r["summary"]["speedup_vs_eagle"] - 1.8), default=None)
-    best = max(lant, key=lambda r: r["summary"]["speedup_vs_eagle"], default=None)
+    lant = [r for r in relaxed if r["method"] == "lantern" and r["shape"] == "tree" and "eagle" in r["paired"]]
+    near = min(lant, key=lambda r: abs(speedup(r, "eagle") - 1.8), default=None)
+    best = max(lant, key=lambda r: speedup(r, "eagle"), default=None)
     # drafter-free: sjd+lantern at the default delta against lantern on the chain at the same delta
     sjd_lantern = next((r for r in relaxed if r["method"] == "sjd+lantern" and r["params"]["delta"] == d_def), None)
     chain = next((r for r in relaxed if r["method"] == "lantern" and r["shape"] == "chain"
@@ -479,13 +536,13 @@ def analysis(result: dict[str, Any]) -> dict[str, Any]:
     out.update(default=brief(default), fastest_acceptable=brief(fastest), closest_to_paper_1_8x_over_eagle=brief(near),
                best_over_eagle=brief(best), sjd_lantern_default=brief(sjd_lantern), lantern_chain_default=brief(chain))
     if sjd_lantern and chain:
-        out["sjd_lantern_over_lantern_chain"] = chain["summary"]["wall_time"] / sjd_lantern["summary"]["wall_time"]
+        out["sjd_lantern_over_lantern_chain"] = paired_entry(
+            _walls(recs_by[chain["name"]]), _walls(recs_by[sjd_lantern["name"]]), result["meta"]["seed"])
     return out
 
 
 def _summary_timing_keys() -> list[str]:
-    return (["wall_time_p25", "wall_time_p75", "wall_time_min", "wall_time_max", "speedup_vs_ar_paired_geomean"]
-            + [f"{kind}_vs_{m}" for kind in ("speedup", "e2e_speedup") for m in REFERENCES])
+    return ["wall_time_p25", "wall_time_p75", "wall_time_min", "wall_time_max", "wall_time_mean"]
 
 
 def _config_dict(c: DecodeConfig) -> dict[str, Any]:
@@ -503,12 +560,19 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
     return format(x, spec)
 
 
+def _ratio_cell(row: dict[str, Any], ref: str) -> str:
+    """'1.28 [1.20, 1.35]': the row's paired speed-up over ``ref`` and its interval, '-' if not compared."""
+    e = row["paired"].get(ref)
+    return "-" if e is None else ratio_text(e).replace("x ", " ", 1)
+
+
 def markdown_table(result: dict[str, Any]) -> str:
+    """The main table: counts, engine wall time, paired speed-ups with intervals, quality."""
     rows = result["rows"]
     has_fd = any("fd" in r["summary"] for r in rows)
     has_ret = any("retrieval_top1" in r["summary"] for r in rows)
-    head = ["setting", "NFE", "tok/pass", "wall ms (median [p25-p75])", "x AR", "x SD", "x EAGLE", "x SJD",
-            "1st tok ms", "e2e ms", "NLL", "TVD"]
+    head = ["setting", "NFE", "tok/pass", "wall ms (median [p25-p75])", "x AR [95% CI]", "x SD [95% CI]",
+            "x EAGLE [95% CI]", "x SJD [95% CI]", "1st tok ms", "e2e ms", "NLL", "TVD"]
     if has_fd:
         head += ["FD", "P", "R"]
     if has_ret:
@@ -519,8 +583,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         cells = [
             r["name"], _fmt(s["nfe"], ".1f"), _fmt(s["mean_accepted"], ".2f"),
             f"{s['wall_time'] * 1e3:.0f} [{s['wall_time_p25'] * 1e3:.0f}-{s['wall_time_p75'] * 1e3:.0f}]",
-            _fmt(s.get("speedup_vs_ar"), ".2f"), _fmt(s.get("speedup_vs_sd"), ".2f"), _fmt(s.get("speedup_vs_eagle"), ".2f"),
-            _fmt(s.get("speedup_vs_sjd"), ".2f"), _fmt(s["first_token_latency"] * 1e3, ".1f"), _fmt(s["e2e_time"] * 1e3, ".0f"),
+            *(_ratio_cell(r, m) for m in REFERENCES),
+            _fmt(s["first_token_latency"] * 1e3, ".1f"), _fmt(s["e2e_time"] * 1e3, ".0f"),
             f"{s['nll']:.3f} ± {_fmt(s['nll_se'], '.3f')}", _fmt(s["mean_tvd"], ".3f"),
         ]
         if has_fd:
@@ -528,6 +592,25 @@ def markdown_table(result: dict[str, Any]) -> str:
                       _fmt(s.get("precision"), ".2f"), _fmt(s.get("recall"), ".2f")]
         if has_ret:
             cells += [_fmt(s.get("retrieval_top1"), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pass_split_table(result: dict[str, Any]) -> str:
+    """Per setting, where an image's engine time goes, in ms per target pass (means over prompts):
+    the ``engine.Step`` split, the rest of the engine loop, and the pipeline's streaming work
+    (outside the engine's wall time)."""
+    head = ["setting", "target passes", "tok/pass", "drafter passes", "target forward", "sampling", "drafting",
+            "acceptance", "cache", "engine other", "engine total", "streaming"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        s = r["summary"]
+        per = {k: s[k] / s["nfe"] * 1e3 for k in PASS_PARTS}
+        total = s["wall_time_mean"] / s["nfe"] * 1e3
+        other = total - sum(v for k, v in per.items() if k != "stream_time")
+        cells = [r["name"], f"{s['nfe']:.1f}", f"{s['mean_accepted']:.2f}", f"{s['drafter_passes']:.0f}",
+                 *(f"{per[k]:.2f}" for k in PASS_PARTS[:-1]), f"{other:.2f}", f"{total:.2f}",
+                 f"{per['stream_time']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -542,13 +625,19 @@ def report_text(result: dict[str, Any]) -> str:
         f"{m['prompt_set']}; {m['num_tokens']} tokens per image; sampling {m['sampling']}; "
         f"seed of prompt i = {m['seed']} + i. Wall = engine time, prefill to last token (no text encoding, "
         "no VQ decoding); e2e = the whole pipeline call (text encoding + engine + VQ decoding). "
-        "Speed-ups are ratios of median wall times in this run. NLL: mean per-token NLL (nats) of the "
+        f"Each prompt x setting is timed {m['repeats']} times, interleaved, and the median run kept. "
+        "x REF: the geometric mean over prompts of the paired per-prompt ratio REF wall / setting wall "
+        f"[95% percentile bootstrap interval over prompts, {m['bootstrap_resamples']} resamples]. NLL: mean per-token NLL (nats) of the "
         "generated tokens under the target's guided distribution (± s.e. over prompts). TVD: mean mass moved "
         "by the relaxation per token. FD: Fréchet distance to the held-out images in our eval encoder's space "
         "(± bootstrap s.d.); P/R: k-NN (k=3) precision/recall; retr@1: prompt retrieval accuracy among the "
         "run's prompts.",
         "",
         markdown_table(result),
+        "",
+        "Per target pass, ms (means over prompts): " + PASS_SPLIT_NOTE,
+        "",
+        pass_split_table(result),
         "",
     ]
     if refs:
@@ -565,11 +654,7 @@ def report_text(result: dict[str, Any]) -> str:
                            ("lantern_chain_default", "lantern on the chain at the default delta")):
             b = a.get(key)
             if b:
-                out.append(f"- {label}: {b['name']}: {_fmt(b.get('speedup_vs_ar'), '.2f')}x vs AR, "
-                           f"{_fmt(b.get('speedup_vs_sd'), '.2f')}x vs SD, {_fmt(b.get('speedup_vs_eagle'), '.2f')}x vs "
-                           f"EAGLE; FD {_fmt(b.get('fd'), '.2f')}, retr@1 {_fmt(b.get('retrieval_top1'), '.2f')}, "
-                           f"NLL {_fmt(b.get('nll'), '.3f')}, TVD {_fmt(b.get('mean_tvd'), '.3f')}"
-                           f"{'' if b.get('acceptable', True) else ' (not acceptable by the rule)'}")
+                out.append(f"- {label}: {_speed_quality(b)}")
         out.append("")
     for n in result["notes"]:
         out.append(f"- Note: {n}")
@@ -643,9 +728,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--eval-encoder", type=Path, default=None, help="default assets/eval")
     ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench")
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--update-docs", type=Path, default=None, metavar="MD",
-                    help="rewrite the generated results section of this markdown file (docs/benchmarks.md)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timings per prompt x setting (at least 3), interleaved across settings; the median is kept")
+    ap.add_argument("--update-docs", type=Path, nargs="+", default=None, metavar="MD",
+                    help="rewrite the generated blocks of these markdown files: the results section "
+                    "(docs/benchmarks.md; appended to a file without blocks) and the speed headline "
+                    "(README.md, Spaces.md, the model card)")
     args = ap.parse_args(argv)
+    if args.repeats < 3:
+        ap.error(f"--repeats must be at least 3 (a median of fewer timings is one noisy timing), got {args.repeats}")
+    missing = [str(d) for d in args.update_docs or [] if not d.is_file()]
+    if missing:
+        ap.error(f"--update-docs: no such file: {', '.join(missing)}")
     q = args.quick
     args.num_prompts = args.num_prompts or (4 if q else 16)
     return args
@@ -708,13 +802,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     settings = build_settings(args, pipe.max_k)
     prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data,
                                               args.split, args.curated)
-    log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts, "
+    log(f"bench: preset {preset}, {len(settings)} settings x {len(prompts)} prompts x {args.repeats} repeats, "
         f"{state.num_processes} process(es); {desc}")
     with state.split_between_processes(list(range(len(prompts)))) as mine:
         mine = list(mine)
         if mine:
             warm_up(pipe, settings, prompts[mine[0]])
-        records = run_shard(pipe, settings, prompts, mine, args.seed, log=log)
+        records = run_shard(pipe, settings, prompts, mine, args.seed, args.repeats, log=log)
     if state.num_processes > 1:
         from accelerate.utils import gather_object
 
@@ -738,6 +832,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "prompts": prompts,
         "heldout_indices": None if real_idx is None else [int(i) for i in real_idx],
         "seed": args.seed,
+        "repeats": args.repeats,
+        "bootstrap_resamples": RESAMPLES,
         "num_tokens": pipe.num_tokens,
         "tree": {"name": args.tree, "depth": TREES[args.tree][0], "children": TREES[args.tree][1],
                  "total_tokens": TREES[args.tree][2]},
@@ -755,27 +851,62 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     return result
 
 
-DOCS_START = "<!-- bench:results:start (generated by python -m lantern_demo.bench --update-docs; do not edit) -->"
+_GENERATED = "(generated by python -m lantern_demo.bench --update-docs; do not edit)"
+DOCS_START = f"<!-- bench:results:start {_GENERATED} -->"
 DOCS_END = "<!-- bench:results:end -->"
+#: The short speed summary README.md, Spaces.md and the model card carry.
+HEADLINE_START = f"<!-- bench:headline:start {_GENERATED} -->"
+HEADLINE_END = "<!-- bench:headline:end -->"
+
+PASS_SPLIT_NOTE = (
+    "target forward = the target's forward pass alone; sampling = CFG, temperature, top-k/top-p, softmax "
+    "(and the draw for AR); drafting = the drafter's passes and draft distributions, or SJD's (re)drafts, plus "
+    "building the verification inputs; acceptance = the acceptance rule with its correction draws; cache = "
+    "KV-cache bookkeeping; engine other = the rest of the engine's wall time (its loop); streaming = the "
+    "pipeline's work between steps (recording steps, statistics; partial decodes are off in the benchmark), "
+    "outside the engine's wall time.")
+
+
+def _speeds(b: dict) -> str:
+    """The paired speed-ups of an analysis entry, 'level with' where the interval includes 1."""
+    return ", ".join(phrase(e, REFERENCE_LABELS[m]) for m, e in b["paired"].items())
 
 
 def _speed_quality(b: dict | None) -> str:
     if not b:
         return "(not in this run)"
-    return (f"**{b['name']}**: {_fmt(b.get('speedup_vs_ar'), '.2f')}x vs AR, {_fmt(b.get('speedup_vs_sd'), '.2f')}x vs SD, "
-            f"{_fmt(b.get('speedup_vs_eagle'), '.2f')}x vs EAGLE-2 ({_fmt(b.get('mean_accepted'), '.2f')} tokens/pass); "
+    return (f"**{b['name']}**: {_speeds(b)} ({_fmt(b.get('mean_accepted'), '.2f')} tokens/pass); "
             f"FD {_fmt(b.get('fd'), '.2f')} ± {_fmt(b.get('fd_boot_std'), '.2f')}, retr@1 {_fmt(b.get('retrieval_top1'), '.2f')}, "
             f"NLL {_fmt(b.get('nll'), '.3f')}, TVD {_fmt(b.get('mean_tvd'), '.3f')}"
             + ("" if b.get("acceptable", True) else " — *not acceptable by the rule*"))
 
 
 def _per_pass(b: dict | None) -> str:
-    """Time per target pass, split into drafting, the target's forward and the acceptance logic."""
+    """Time per target pass of an analysis entry, split as ``pass_split_table`` does."""
     if not b:
         return "(not in this run)"
     n = b["nfe"]
-    return (f"per pass {b['target_time'] / n * 1e3:.2f} ms target + {b['draft_time'] / n * 1e3:.2f} ms drafting + "
-            f"{b['accept_time'] / n * 1e3:.2f} ms acceptance, {_fmt(b.get('mean_accepted'), '.2f')} tokens/pass")
+    labels = ("target forward", "sampling", "drafting", "acceptance", "cache", "streaming")
+    return "per pass " + " + ".join(f"{b[k] / n * 1e3:.2f} ms {w}" for k, w in zip(PASS_PARTS, labels))
+
+
+def headline(result: dict[str, Any], rel: str) -> str:
+    """The speed summary for README.md, Spaces.md and the model card: LANTERN on SD's chain and
+    the drafter-free SJD+LANTERN at the run's default delta (for the emoji preset the app's
+    settings), paired over the run's prompts.
+    ``rel``: the path of docs/benchmarks.md from the file it goes into."""
+    m, a = result["meta"], result.get("analysis", {})
+    chain, sjd = a.get("lantern_chain_default"), a.get("sjd_lantern_default")
+    parts = []
+    if chain:
+        parts.append(f"drafter LANTERN on SD's chain ({chain['name']}) is {_speeds(chain)}")
+    if sjd:
+        parts.append(f"drafter-free SJD+LANTERN ({sjd['name']}) is {_speeds(sjd)}")
+    if not parts:
+        return f"Speed: see [the benchmark]({rel})."
+    return (f"Speed in the [benchmark]({rel}) ({len(m['prompts'])} prompts, {m['threads']} thread(s), "
+            f"{m['device']}, engine time per image, each prompt's median of {m['repeats']} timings; geometric "
+            f"means of the per-prompt ratios with 95% bootstrap intervals): " + "; ".join(parts) + ".")
 
 
 def docs_section(result: dict[str, Any], rel: str) -> str:
@@ -787,9 +918,17 @@ def docs_section(result: dict[str, Any], rel: str) -> str:
         f"{m['sampling']}, tree `{t['name']}` (depth {t['depth']}, {t['children']} children, {t['total_tokens']} tokens), "
         f"{m['device']}, {m['num_processes']} process(es) x {m['threads']} thread(s), torch {m['torch']}, "
         f"commit `{(m.get('git_commit') or '?')[:10]}`, {m['total_seconds'] / 60:.1f} min in total. "
+        f"Each prompt x setting was timed {m['repeats']} times (interleaved: per prompt, per repeat, every setting "
+        f"in a rotated order) and the median run (by engine wall time) kept; **x REF** is the geometric mean over prompts of the paired ratio "
+        f"REF wall / setting wall, with its 95% percentile bootstrap interval over prompts ({m['bootstrap_resamples']} "
+        f"resamples, seeded); an interval that includes 1 means no measurable difference (\"level with\"). "
         f"Raw numbers: [`{rel}/results.json`]({rel}/results.json).",
         "",
         markdown_table(result),
+        "",
+        "Where the engine's time goes, in ms per target pass (means over prompts): " + PASS_SPLIT_NOTE,
+        "",
+        pass_split_table(result),
         "",
     ]
     if refs:
@@ -813,8 +952,8 @@ def docs_section(result: dict[str, Any], rel: str) -> str:
             f"- Drafter-free: {_speed_quality(a.get('sjd_lantern_default'))}; {_per_pass(a.get('sjd_lantern_default'))}.",
             f"- Drafter-based at the same delta: {_speed_quality(a.get('lantern_chain_default'))}; "
             f"{_per_pass(a.get('lantern_chain_default'))}.",
-            f"- sjd+lantern over lantern on the chain (median wall times): "
-            f"{_fmt(a.get('sjd_lantern_over_lantern_chain'), '.2f')}x.",
+            f"- sjd+lantern over lantern on the chain (paired): "
+            f"{phrase(a.get('sjd_lantern_over_lantern_chain'), 'lantern on the chain')}.",
             "",
         ]
     for n in result["notes"]:
@@ -822,31 +961,48 @@ def docs_section(result: dict[str, Any], rel: str) -> str:
     return "\n".join(lines)
 
 
-def update_docs(result: dict[str, Any], doc: Path, out: Path) -> None:
-    """Replace the generated section of ``doc`` (between DOCS_START and DOCS_END) with this run."""
-    import os.path
+def _rel(target: Path, doc: Path) -> str:
+    """``target`` as a markdown link from ``doc``'s folder."""
+    return os.path.relpath(target.resolve(), doc.resolve().parent).replace(os.sep, "/")
 
-    rel = os.path.relpath(out.resolve(), doc.resolve().parent).replace(os.sep, "/")
-    text = doc.read_text()
-    block = f"{DOCS_START}\n{docs_section(result, rel)}\n{DOCS_END}"
-    if DOCS_START in text and DOCS_END in text:
-        head, rest = text.split(DOCS_START, 1)
-        text = head + block + rest.split(DOCS_END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    doc.write_text(text)
-    print(f"updated {doc}")
+
+def _replace_block(text: str, start: str, end: str, body: str) -> str:
+    head, rest = text.split(start, 1)
+    if end not in rest:
+        raise SystemExit(f"--update-docs: a generated block opens with {start!r} but has no {end!r}")
+    return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
+def update_docs(result: dict[str, Any], docs: list[Path], out: Path) -> None:
+    """Rewrite the generated blocks of ``docs`` with this run.
+
+    A file's results block (DOCS_START .. DOCS_END) gets ``docs_section``, its headline block
+    (HEADLINE_START .. HEADLINE_END) ``headline``; a file with neither gets a results block
+    appended. Headlines link to the first file with a results block (else to results.json).
+    """
+    texts = {doc: doc.read_text() for doc in docs}
+    for doc, text in texts.items():
+        if DOCS_START not in text and HEADLINE_START not in text:
+            texts[doc] = text.rstrip() + f"\n\n{DOCS_START}\n{DOCS_END}\n"
+    page = next((d for d, t in texts.items() if DOCS_START in t), out / "results.json")
+    for doc, text in texts.items():
+        if DOCS_START in text:
+            text = _replace_block(text, DOCS_START, DOCS_END, docs_section(result, _rel(out, doc)))
+        if HEADLINE_START in text:
+            text = _replace_block(text, HEADLINE_START, HEADLINE_END, headline(result, _rel(page, doc)))
+        doc.write_text(text)
+        print(f"updated {doc}")
 
 
 def write_outputs(result: dict[str, Any], out: Path, plots: bool = True, images: dict | None = None,
-                  docs: Path | None = None) -> None:
-    """results.json (+ results.md unless the table goes into ``docs``) and the plots, in ``out``."""
+                  docs: list[Path] | None = None) -> None:
+    """results.json (+ results.md unless the tables go into ``docs``) and the plots, in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     text = report_text(result)
     print(text)
     written = ["results.json"]
     (out / "results.json").write_text(json.dumps(result, indent=1, default=float))
-    if docs is None:
+    if not docs:
         (out / "results.md").write_text(text + "\n")
         written.append("results.md")
     if plots:
@@ -854,5 +1010,5 @@ def write_outputs(result: dict[str, Any], out: Path, plots: bool = True, images:
 
         written += P.make_all(result, out, images)
     print(f"wrote {', '.join(str(out / w) for w in written)}")
-    if docs is not None:
+    if docs:
         update_docs(result, docs, out)
