@@ -152,8 +152,8 @@ class LanternPipeline:
 
         Partial images are decoded only while decoding stays under ``decode_share``
         of the elapsed time (the final image is always decoded); other events
-        carry ``image=None``; each refresh decodes only the token rows that changed
-        since the last (``VQDecoder.decode_partial`` with a canvas). The first event
+        carry ``image=None``; each refresh decodes only the token rows generated so far
+        (``VQDecoder.decode_partial``). The first event
         comes right after the prefill. ``stats`` (``engine.summarize`` and the
         pipeline's times, s) is filled in the last event only: decode_time, the
         partial VQ decodes; stream_time, all the pipeline's work between the
@@ -171,7 +171,6 @@ class LanternPipeline:
         with self._lock:
             t0 = time.perf_counter()
             decode_time = last_cost = stream_time = 0.0
-            canvas = self.vq.blank_canvas()
             for step in decode(self.target, self.drafter, cond, config, n, seed, self.neighbors,
                                row_length=self.target.cfg.grid):
                 t_step = time.perf_counter()
@@ -181,7 +180,7 @@ class LanternPipeline:
                 # decode if the share of time spent decoding stays within budget afterwards
                 if decode_time + last_cost <= decode_share * (elapsed + last_cost):
                     t1 = time.perf_counter()
-                    gen.image = self.vq.decode_partial(gen.tokens, canvas=canvas)
+                    gen.image = self.vq.decode_partial(gen.tokens)
                     last_cost = time.perf_counter() - t1
                     decode_time += last_cost
                 stream_time += time.perf_counter() - t_step

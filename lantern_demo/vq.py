@@ -53,7 +53,6 @@ from .vq_net import VQDecoderConfig, VQDecoderNet
 __all__ = [
     "LLAMAGEN_VQ_RENAMES",
     "LLAMAGEN_VQ_DROP",
-    "Canvas",
     "ConvertedVQ",
     "VQDecoder",
     "convert_llamagen_vq_state_dict",
@@ -398,7 +397,7 @@ class VQDecoder:
 
     def _decode_rows(self, ids: Tensor, rows: int) -> Tensor:
         """ids [B, rows * W] (valid ids on the model's device) -> float32 [B, 3, rows * factor, W * factor]
-        in [-1, 1] (clamped): whole images, or a band of token rows for a canvas refresh."""
+        in [-1, 1] (clamped): whole images, or the top ``rows`` token rows for a streamed preview."""
         x = self.vq.decode(ids, (ids.shape[0], rows, self.grid[1], self.embed_dim))
         return x.float().clamp(-1, 1)
 
@@ -408,30 +407,19 @@ class VQDecoder:
 
         return [Image.fromarray(a.numpy()) for a in self.decode(ids)]
 
-    def blank_canvas(self, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB) -> "Canvas":
-        """A canvas for :meth:`decode_partial`: every cell the placeholder colour, no ids shown."""
-        hp, wp = self.image_size
-        return Canvas(torch.tensor(placeholder, dtype=torch.uint8).expand(hp, wp, 3).clone(),
-                      torch.full((self.num_tokens,), -1, dtype=torch.long))
-
     @torch.inference_mode()
-    def decode_partial(self, ids: Tensor, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB,
-                       canvas: "Canvas | None" = None):
-        """Decode a partly generated image; ids [N] with -1 at missing positions.
+    def decode_partial(self, ids: Tensor, placeholder: tuple[int, int, int] = PLACEHOLDER_RGB):
+        """Decode a partly generated image; ids [N] with -1 at missing positions. Returns a PIL image.
 
-        Missing positions are decoded with ``fill_token`` (only so that the
-        convolutional decoder has an input there) and their pixel blocks are then
-        painted with the neutral ``placeholder`` colour, so no decoded garbage is
-        shown. Generated cells next to missing ones can still be slightly
-        influenced by the fill (the decoder's receptive field spans cells); the
-        final full decode is exact. Returns a PIL image.
-
-        With a ``canvas`` (the previous refresh of the same image, updated in place) only
-        the token rows whose ids changed since then are decoded, from a band of
-        :data:`CANVAS_MARGIN` token rows of context on each side: a streamed preview then
-        costs a share of a full decode proportional to the rows that changed. Context
-        beyond the band (the decoder's mid-block attention spans the whole image) is left
-        out of such refreshes, so they are previews too.
+        Only the token rows up to the last generated one are decoded, with
+        :data:`PREVIEW_CONTEXT` more rows below them as context, in one pass (so early
+        previews cost a share of a full decode, and the shown rows are decoded together:
+        no seams). Missing positions are decoded with ``fill_token`` (only so that the
+        convolutional decoder has an input there) and their pixel blocks, like the rows
+        not decoded, are painted with the neutral ``placeholder`` colour. The decoder's
+        group norms and mid-block attention span the decoded rows, so a preview can differ
+        slightly from the final full decode, which is exact (a complete ``ids`` is decoded
+        whole).
         """
         from PIL import Image
 
@@ -440,27 +428,20 @@ class VQDecoder:
             raise ValueError(f"expected {self.num_tokens} ids, got {ids.numel()}")
         missing = ids < 0
         h, w = self.grid
+        f = self.factor
+        hp, wp = self.image_size
         paint = torch.tensor(placeholder, dtype=torch.uint8)
-        if canvas is None:
-            canvas = self.blank_canvas(placeholder)
-            rows = (0, h) if bool((~missing).any()) else (0, 0)
-        else:
-            changed = torch.nonzero((ids != canvas.ids).view(h, w).any(1)).flatten()
-            rows = (int(changed[0]), int(changed[-1]) + 1) if changed.numel() else (0, 0)
-        r0, r1 = rows
-        if r1 > r0:
-            b0 = 0 if rows == (0, h) else max(0, r0 - CANVAS_MARGIN)
-            b1 = h if rows == (0, h) else min(h, r1 + CANVAS_MARGIN)
-            filled = torch.where(missing, torch.full_like(ids, self.fill_token), ids).view(h, w)[b0:b1]
-            band = _to_uint8(self._decode_rows(filled.reshape(1, -1).to(self.device), b1 - b0))[0]
-            f = self.factor
-            canvas.pixels[r0 * f:r1 * f] = band[(r0 - b0) * f:(r1 - b0) * f]
-            cell = missing.view(h, w)[r0:r1]
-            pix = cell.repeat_interleave(f, 0).repeat_interleave(f, 1)
-            canvas.pixels[r0 * f:r1 * f][pix] = paint
-            canvas.ids = ids.clone()
-        return Image.fromarray(canvas.pixels.numpy())
-
+        img = paint.expand(hp, wp, 3).clone()
+        rows = torch.nonzero((~missing).view(h, w).any(1)).flatten()
+        if rows.numel():
+            r1 = int(rows[-1]) + 1
+            b1 = min(h, r1 + PREVIEW_CONTEXT)
+            filled = torch.where(missing, torch.full_like(ids, self.fill_token), ids).view(h, w)[:b1]
+            band = _to_uint8(self._decode_rows(filled.reshape(1, -1).to(self.device), b1))[0]
+            img[:r1 * f] = band[:r1 * f]
+            cell = missing.view(h, w)[:r1]
+            img[:r1 * f][cell.repeat_interleave(f, 0).repeat_interleave(f, 1)] = paint
+        return Image.fromarray(img.numpy())
 
 
 def _to_uint8(x: Tensor) -> Tensor:
@@ -468,14 +449,5 @@ def _to_uint8(x: Tensor) -> Tensor:
     return ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
 
 
-#: Token rows of context decoded on each side of the rows a canvas refresh changes.
-CANVAS_MARGIN = 2
-
-
-@dataclass
-class Canvas:
-    """A streamed partial image: ``pixels`` [H, W, 3] uint8 as last shown and ``ids`` [N], the
-    token ids it shows (-1 = placeholder); :meth:`VQDecoder.decode_partial` updates both."""
-
-    pixels: Tensor
-    ids: Tensor
+#: Token rows below the last generated one that a streamed preview decodes as context.
+PREVIEW_CONTEXT = 2

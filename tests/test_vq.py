@@ -352,22 +352,20 @@ def test_own_vqmodel_round_trip(tmp_path):
         dec.decode(torch.full((1, 16), 32))
 
 
-def test_canvas_refresh_decodes_only_changed_rows():
+def test_preview_decodes_the_generated_rows_in_one_band():
+    from lantern_demo.vq import PREVIEW_CONTEXT, _to_uint8
+
     dec, full = _decoder_and_ids(4)
-    canvas = dec.blank_canvas()
-    ids = torch.full_like(full, -1)
-    ids[:2] = full[:2]  # two cells of row 0
-    first = as_tensor(dec.decode_partial(ids, canvas=canvas))
-    assert torch.equal(canvas.ids, ids) and torch.equal(as_tensor(first), canvas.pixels)
     f, grey = dec.factor, torch.tensor(PLACEHOLDER_RGB, dtype=torch.uint8)
-    assert (first[f:] == grey).all() and (first[:f, 2 * f:] == grey).all()
-    assert not (first[:f, :2 * f] == grey).all()
-    # cells of the last row change: rows 0.. GRID-2 keep their pixels, whatever their context now decodes to
-    before = canvas.pixels.clone()
-    ids[-GRID:] = full[-GRID:]
-    last = as_tensor(dec.decode_partial(ids, canvas=canvas))
-    assert torch.equal(last[:(GRID - 1) * f], before[:(GRID - 1) * f])
-    assert not (last[(GRID - 1) * f:] == grey).all()
-    # with the band covering the whole image (GRID <= 2 * margin + 1), a refresh equals the full decode
-    done = as_tensor(dec.decode_partial(full, canvas=canvas))
-    assert GRID <= 5 and torch.equal(done[f:(GRID - 1) * f], dec.decode(full[None])[0][f:(GRID - 1) * f])
+    ids = torch.full_like(full, -1)
+    ids[:GRID + 2] = full[:GRID + 2]  # row 0 and two cells of row 1
+    img = as_tensor(dec.decode_partial(ids))
+    assert (img[2 * f:] == grey).all() and (img[f:2 * f, 2 * f:] == grey).all()
+    # the shown rows are one decode of rows 0 .. 1 + PREVIEW_CONTEXT (fill tokens where missing)
+    b1 = 2 + PREVIEW_CONTEXT
+    filled = torch.where(ids < 0, torch.full_like(ids, dec.fill_token), ids)[: b1 * GRID]
+    band = _to_uint8(dec._decode_rows(filled[None], b1))[0]
+    assert torch.equal(img[:f], band[:f]) and torch.equal(img[f:2 * f, :2 * f], band[f:2 * f, :2 * f])
+    # a complete image is decoded whole: exactly the final decode
+    assert torch.equal(as_tensor(dec.decode_partial(full)), dec.decode(full[None])[0])
+
