@@ -137,3 +137,16 @@ def test_eval_encoder_training_set_holds_one_style_out(tmp_path):
         features.styled_set(tmp_path, "apple", smoke=True)
     model, report = features.train(data, tmp_path / "enc", epochs=1, batch=16, log=lambda m: None)
     assert report["retrieval_ways"] == n_emojis and "noto held out" in report["data"]
+
+
+def test_smoke_sources_keep_only_the_required_emojis_in_every_style(tmp_path):
+    from lantern_demo.train import emoji_data
+
+    extra = emoji_data.Sources.smoke()
+    extra.svgs["noto"]["1f436"] = "<svg/>"  # a dog: not required, so not written
+    extra.save_smoke(tmp_path / "s.json.gz")
+    again = emoji_data.Sources.smoke(tmp_path / "s.json.gz")
+    keys = {emoji_styles.key_of(r) for r in emoji_data.REQUIRED}
+    assert set(again.svgs) == set(emoji_styles.STYLE_NAMES)
+    assert all(set(d) == keys for d in again.svgs.values()) and set(again.groups) == keys
+    assert again.svgs == emoji_data.Sources.smoke().svgs

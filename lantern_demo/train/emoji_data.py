@@ -354,7 +354,7 @@ def _groups_by_key(cache: Path) -> dict[str, str]:
     for group, icons in json.loads((folder / "metadata.json").read_text())["categories"].items():
         for n in icons:
             if n in by_name:
-                out.setdefault(emoji_styles._key_of_hex(by_name[n]), group)
+                out.setdefault(emoji_styles.key_of_hex(by_name[n]), group)
     return out
 
 
@@ -373,17 +373,18 @@ class Sources:
                    _groups_by_key(cache))
 
     @classmethod
-    def smoke(cls) -> "Sources":
+    def smoke(cls, path: Path | None = None) -> "Sources":
         """The ``REQUIRED`` emojis in every style, from a small file shipped with the package (no registry)."""
-        data = json.loads(gzip.decompress(SMOKE_SOURCES.read_bytes()))
+        data = json.loads(gzip.decompress(Path(path or SMOKE_SOURCES).read_bytes()))
         return cls(data["svgs"], data["groups"])
 
-    def save_smoke(self) -> None:
-        """Write ``SMOKE_SOURCES``: the ``REQUIRED`` emojis of these sources."""
+    def save_smoke(self, path: Path | None = None) -> None:
+        """Write the ``REQUIRED`` emojis of these sources to ``path`` (default ``SMOKE_SOURCES``, which was
+        made this way from ``Sources.from_registry``)."""
         keys = {emoji_styles.key_of(r) for r in REQUIRED}
         data = {"svgs": {st: {k: v for k, v in d.items() if k in keys} for st, d in self.svgs.items()},
                 "groups": {k: g for k, g in self.groups.items() if k in keys}}
-        SMOKE_SOURCES.write_bytes(gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0))
+        Path(path or SMOKE_SOURCES).write_bytes(gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0))
 
 
 #: The smoke run's sources (``Sources.smoke``), artwork under the licences of ``emoji_styles.STYLES``.

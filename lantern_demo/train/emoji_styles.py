@@ -77,7 +77,8 @@ def key_of(emoji_string: str) -> str:
     return "-".join(f"{ord(c):x}" for c in emoji_string if ord(c) != 0xFE0F)
 
 
-def _key_of_hex(hex_seq: str) -> str:
+def key_of_hex(hex_seq: str) -> str:
+    """The :func:`key_of` form of a hex code point sequence as packs write it ("1F600", "2764-fe0f")."""
     return "-".join(p for p in hex_seq.lower().replace("_", "-").split("-") if p and p != "fe0f")
 
 
@@ -127,7 +128,7 @@ def iconify_svgs(folder: Path, name_keys: dict[str, str]) -> dict[str, str]:
                 f'viewBox="{l} {t} {w} {h}" width="{w}" height="{h}">{icon["body"]}</svg>')
 
     chars = json.loads((folder / "chars.json").read_text()) if (folder / "chars.json").exists() else {}
-    pairs = ([(_key_of_hex(k), n) for k, n in chars.items()] if chars
+    pairs = ([(key_of_hex(k), n) for k, n in chars.items()] if chars
              else [(name_keys[n], n) for n in list(icons) + list(aliases) if n in name_keys])
     out: dict[str, str] = {}
     for key, name in pairs:
@@ -138,7 +139,7 @@ def iconify_svgs(folder: Path, name_keys: dict[str, str]) -> dict[str, str]:
 
 def openmoji_svgs(folder: Path) -> dict[str, str]:
     """{key: SVG document} of OpenMoji's per-code-point files (``svg/1F600.svg``)."""
-    return {_key_of_hex(p.name[: -len(".svg")]): p.read_text() for p in (folder / "svg").glob("*.svg")}
+    return {key_of_hex(p.name[: -len(".svg")]): p.read_text() for p in (folder / "svg").glob("*.svg")}
 
 
 def style_svgs(style: Style, cache: Path, name_keys: dict[str, str]) -> dict[str, str]:

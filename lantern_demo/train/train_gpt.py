@@ -142,13 +142,6 @@ def make_conditioning(condition: str, captions: list[list[str]], names: list[lis
     raise ValueError(f"condition must be 'caption' or 'class', got {condition!r}")
 
 
-def bank_for(text, captions: list[list[str]], train_idx: np.ndarray):
-    """The bank that matches a loaded text encoder (``CaptionBank`` or ``ClassBank``)."""
-    from ..text import ClassTextEncoder
-
-    return ClassBank(text, captions, train_idx) if isinstance(text, ClassTextEncoder) else CaptionBank(text, captions)
-
-
 class CaptionBank:
     """All phrasings of every item, tokenised once: ids [M, L], owner item of each, per-item ranges."""
 
