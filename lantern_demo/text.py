@@ -40,6 +40,8 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from .prompt_reading import close_names, is_non_latin, spell_emoji
+
 __all__ = [
     "PromptNotice",
     "TextEmbedding",
@@ -70,7 +72,10 @@ class PromptNotice:
     the vocabulary cannot represent (dropped by the word encoder, mapped to
     ``<unk>`` by T5); empty: nothing of the prompt's content reached the model;
     matched: the class a class encoder chose, where it is not what the prompt
-    says word for word (None otherwise).
+    says word for word (None otherwise); read_as: the prompt with its emoji characters
+    spelled as English names, where it has any (None otherwise); suggestions: known names
+    close to the words of a prompt that named nothing known; non_latin: the prompt is
+    written without Latin letters (the class encoder reads English names only).
     """
 
     prompt: str
@@ -80,16 +85,28 @@ class PromptNotice:
     unknown_words: list[str] = field(default_factory=list)
     empty: bool = False
     matched: str | None = None
+    read_as: str | None = None
+    suggestions: list[str] = field(default_factory=list)
+    non_latin: bool = False
 
     def messages(self) -> list[str]:
         """Human-readable warnings (empty list when nothing to report)."""
         out = []
-        if self.empty:
+        if self.read_as is not None:
+            out.append(f"Read as \u201c{self.read_as}\u201d.")
+        quoted = ", ".join(f"\u201c{w}\u201d" for w in self.unknown_words)
+        if self.empty and self.non_latin:
+            out.append("The embedded model reads English emoji names only; the image is drawn without a caption.")
+        elif self.empty and self.unknown_words:
+            out.append(f"The model knows none of the words {quoted}; the image is drawn without a caption.")
+        elif self.empty:
             out.append("The prompt has no usable words; the image is generated without a caption.")
+        elif self.unknown_words:
+            out.append(f"Unknown words ignored: {quoted}.")
         if self.truncated:
             out.append(f"The prompt is too long and was cut to {self.n_tokens} tokens.")
-        if self.unknown_words:
-            out.append("Unknown words ignored: " + ", ".join(self.unknown_words))
+        if self.suggestions:
+            out.append("Did you mean " + ", ".join(f"\u201c{n}\u201d" for n in self.suggestions) + "?")
         if self.matched is not None:
             out.append(f"Drawing the closest emoji the model knows: \u201c{self.matched}\u201d.")
         return out
@@ -474,6 +491,7 @@ class ClassTextEncoder(_LookupTextEncoder):
         self._idf2 = {w: math.log1p(n_names / k) ** 2 for w, k in df.items()}
         self._norm = [math.sqrt(sum(self._idf2[w] for w in ws)) for _, ws in self._name_words]
         self.known = set(df) | stop
+        self._primary = sorted((ns[0] for ns in self.names), key=len)  # suggestions: shorter names first
         self.embedding = nn.Embedding(len(self.names) + 1, self.dim, padding_idx=0)
         nn.init.normal_(self.embedding.weight, std=init_std)
         with torch.no_grad():
@@ -485,7 +503,7 @@ class ClassTextEncoder(_LookupTextEncoder):
         for symbol, c in self._by_symbol:
             if symbol in bare:
                 return c, split_words(self.names[c][0]), []
-        words = split_words(prompt)
+        words = split_words(spell_emoji(prompt))
         unknown = list(dict.fromkeys(w for w in words if w not in self.known))
         content = list(dict.fromkeys(w for w in words if w in self._idf2))
         if not content:
@@ -512,9 +530,13 @@ class ClassTextEncoder(_LookupTextEncoder):
                 set(content) == set(w for w in split_words(n) if w not in self.stop_words) for n in self.names[c])
             if c is not None:
                 ids[b, 0] = c + 1
+            spelled = spell_emoji(str(p))
             notices.append(PromptNotice(prompt=str(p), cleaned=name or "", n_tokens=int(c is not None),
                                         unknown_words=unknown, empty=c is None,
-                                        matched=None if c is None or exact else name))
+                                        matched=None if c is None or exact else name,
+                                        read_as=spelled if spelled != " ".join(str(p).split()) else None,
+                                        suggestions=[] if c is not None else close_names(unknown, self._primary),
+                                        non_latin=c is None and is_non_latin(str(p))))
         return ids, ids != 0, notices
 
     def _meta(self) -> dict:

@@ -117,12 +117,12 @@ INIT_CHOICES = ["vertical", "left", "random"]
 SJD_METHODS = ("sjd", "sjd+lantern")
 
 EXAMPLES = [
-    "grinning face",
     "red heart",
     "a cat face emoji",
     "smiling face with sunglasses",
-    "an emoji of a sun",
-    "flag of japan",
+    "an emoji of a rocket",
+    "deciduous tree",
+    "grinning face with big eyes",
 ]
 
 #: Inputs of the /generate endpoint, in order (names are the API's parameter names).
