@@ -62,6 +62,7 @@ __all__ = [
     "config_to_hf",
     "config_from_original",
     "read_state_dict",
+    "load_torch_weights",
     "load_gpt",
     "load_gpt_state_dict",
     "save_gpt",
@@ -328,29 +329,42 @@ def _rope_table_sizes(sd: dict[str, Tensor], prefix_len: int) -> tuple[int, int]
 # ---- files -------------------------------------------------------------------------
 
 
-def _torch_load(path: Path) -> Any:
+def load_torch_weights(path: str | os.PathLike[str], use_ema: bool = False) -> dict[str, Tensor]:
+    """The tensor dict of a ``torch.save`` file, unpickling nothing but tensors and containers.
+
+    Reads with ``torch.load(weights_only=True)``; if that refuses the file, it is retried with
+    ``argparse.Namespace`` allowed (LlamaGen's training checkpoints store their ``args``);
+    anything else raises :class:`CheckpointError` ("Refusing to load ..."). The weights are
+    the dict under ``"ema"`` (when ``use_ema``), else ``"model"``, ``"module"`` or
+    ``"state_dict"``, else the file itself; key prefixes ``module.`` and ``_orig_mod.`` go.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as first:  # noqa: BLE001
-        # LlamaGen training checkpoints also pickle an argparse.Namespace ("args"): allow only that.
         try:
             with torch.serialization.safe_globals([argparse.Namespace]):
-                return torch.load(path, map_location="cpu", weights_only=True)
+                obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001
+            lines = str(first).strip().splitlines()
+            hint = next((ln for ln in lines if "Unsupported global" in ln), lines[0] if lines else "")
             raise CheckpointError(
-                f"{path}: not loadable with torch.load(weights_only=True) ({type(first).__name__}: {first}); "
-                "refusing to unpickle arbitrary objects"
+                f"Refusing to load {str(path)!r}: torch.load(weights_only=True) failed ({type(first).__name__}: "
+                f"{hint.strip()}); only tensors and containers are unpickled, never arbitrary objects. If you "
+                "trust the file, re-save just its weights: torch.save({'model': torch.load(path, "
+                "weights_only=False)['model']}, 'clean.pt')."
             ) from first
-
-
-def _unwrap(obj: Any, path: Path) -> dict[str, Tensor]:
     if isinstance(obj, dict):
-        for key in ("model", "module", "state_dict"):
-            if key in obj and isinstance(obj[key], dict):
+        for key in (("ema",) if use_ema else ()) + ("model", "module", "state_dict"):
+            if isinstance(obj.get(key), dict):
                 obj = obj[key]
                 break
-    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise CheckpointError(f"{path}: no tensor state dict found (expected a dict of tensors or one under 'model')")
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, Tensor) for v in obj.values()):
+        found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise CheckpointError(f"{path}: no tensor state dict found (a dict of tensors, or one under "
+                              f"'model' / 'ema' / 'state_dict'; found {found})")
     out = {}
     for k, v in obj.items():
         for p in ("module.", "_orig_mod."):
@@ -368,7 +382,7 @@ def _read_file(path: Path) -> dict[str, Tensor]:
             return load_file(str(path), device="cpu")
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
-    return _unwrap(_torch_load(path), path)
+    return load_torch_weights(path)
 
 
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:

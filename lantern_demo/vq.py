@@ -37,9 +37,7 @@ kept separately: LANTERN's neighbour table is computed from it.
 
 from __future__ import annotations
 
-import argparse
 import os
-import pickle
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -48,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checkpoints import CheckpointError, load_torch_weights
 from .vq_net import VQDecoderConfig, VQDecoderNet
 
 __all__ = [
@@ -247,41 +246,13 @@ def convert_llamagen_vq_state_dict(sd: Mapping[str, Tensor], normalize_codebook:
 
 
 def load_llamagen_checkpoint(path: str | os.PathLike, use_ema: bool = False) -> dict[str, Tensor]:
-    """Load LlamaGen VQ weights from a ``torch.save`` file, safely.
-
-    Uses ``torch.load(weights_only=True)``. If that refuses the file only
-    because of an ``argparse.Namespace`` (LlamaGen stores its ``args``), it is
-    retried with exactly that class allow-listed; anything else raises a
-    ``RuntimeError`` explaining why, and nothing is unpickled beyond tensors,
-    containers and ``Namespace``. Weights are taken from ``"ema"`` when
-    ``use_ema`` and present, else ``"model"``, else ``"state_dict"``, else the
-    file itself if it is a flat tensor dict.
-    """
-    path = os.fspath(path)
+    """LlamaGen VQ weights from a ``torch.save`` file, read safely by
+    :func:`~lantern_demo.checkpoints.load_torch_weights` (``"ema"`` weights when ``use_ema``);
+    a file it refuses raises ``RuntimeError`` with its reason."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        try:
-            with torch.serialization.safe_globals([argparse.Namespace]):
-                ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            first = str(e).strip().splitlines()
-            hint = next((ln for ln in first if "Unsupported global" in ln), first[0] if first else "")
-            raise RuntimeError(
-                f"Refusing to load {path!r}: it contains Python objects other than tensors "
-                f"(torch.load(weights_only=True) failed: {hint.strip()}). Only plain weight "
-                "checkpoints are loaded, to avoid running arbitrary code from a pickle. "
-                "If you trust the file, re-save just its weights, e.g. "
-                "torch.save({'model': torch.load(path, weights_only=False)['model']}, 'clean.pt')."
-            ) from e
-    if not isinstance(ckpt, Mapping):
-        raise RuntimeError(f"{path!r}: expected a dict checkpoint, got {type(ckpt).__name__}")
-    for key in (("ema",) if use_ema else ()) + ("model", "state_dict"):
-        if key in ckpt and isinstance(ckpt[key], Mapping):
-            return dict(ckpt[key])
-    if ckpt and all(isinstance(v, Tensor) for v in ckpt.values()):
-        return dict(ckpt)
-    raise RuntimeError(f"{path!r}: no weights found under 'model' / 'ema' / 'state_dict' (keys: {sorted(ckpt)})")
+        return load_torch_weights(path, use_ema=use_ema)
+    except CheckpointError as e:
+        raise RuntimeError(str(e)) from e
 
 
 def load_llamagen_vq(
