@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from lantern_demo import gpu_check
 from lantern_demo.engine import DRAFTER_FREE, METHODS
@@ -52,6 +53,5 @@ def test_zero_gpu_path_and_table(report):
 
 
 def test_time_budget_skips_the_remaining_runs():
-    r = gpu_check.run_check("cpu", reduced=True, budget_s=0.0, presets=("llamagen-t2i",))
-    assert all(m == {"skipped": "time budget spent"} for m in r["presets"]["llamagen-t2i"]["methods"].values())
-    assert "skipped: time budget spent" in gpu_check.table(r)
+    p = gpu_check.check_preset("llamagen-t2i", torch.device("cpu"), torch.float32, reduced=True, deadline=0.0)
+    assert p["methods"] == {m: {"skipped": "time budget spent"} for m in METHODS}
