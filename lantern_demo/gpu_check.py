@@ -7,7 +7,7 @@ every component at its real size with random weights in the dtype the app loads 
 (GPT-XL target, its one-layer drafter and the flan-t5-xl encoder in bf16 on a GPU, the
 VQ_16 decoder in float32), puts them in the app's ``LanternPipeline`` and generates one
 image for one prompt with each method (AR, SD, EAGLE-2, LANTERN, LANTERN++, SJD,
-SJD+LANTERN) with the preset's UI defaults, streaming as the app does. It reports per
+SJD+LANTERN) with the page's start-up settings for the preset, streaming as the app does. It reports per
 preset the weights' GPU memory and the peak GPU memory, and per method the target passes,
 the time per target pass and per drafter pass (drafting time divided by drafter passes),
 and the end-to-end time per image. Random weights give near-uniform distributions, so
@@ -50,7 +50,7 @@ from .sampling import SamplingConfig
 from .sizes import llamagen_sizes, t5_xl_config
 from .text import T5TextEncoder
 from .tiny import drafter_for, tiny_random_pair
-from .ui import DECODE_SHARE, PRESET_DEFAULTS
+from .ui import DECODE_SHARE, DEFAULTS, PRESET_DEFAULTS
 from .vq import VQDecoder, llamagen_vq_config
 from .vq_net import VQDecoderConfig, VQDecoderNet
 
@@ -113,7 +113,7 @@ def word_tokenizer(text: str) -> PreTrainedTokenizerFast:
 def build_pipeline(name: str, device: torch.device, dtype: torch.dtype, reduced: bool,
                    seed: int = 0) -> LanternPipeline:
     """The preset's pipeline with random weights: target, drafter and T5 in ``dtype``, VQ in float32
-    (as ``pipeline.load_pipeline`` loads them), neighbour table of the preset's largest k."""
+    (as ``pipeline.load_pipeline`` loads them), neighbour table of the preset's k (1000 at full size)."""
     torch.manual_seed(seed)
     cfg = gpt_config(name, reduced)
     with torch.device(device):
@@ -130,11 +130,16 @@ def build_pipeline(name: str, device: torch.device, dtype: torch.dtype, reduced:
 
 
 def method_config(name: str, method: str, max_k: int) -> DecodeConfig:
-    """``method`` with the preset's UI defaults for sampling and relaxation; drafting shapes are the
-    engine's defaults (the EAGLE-2 tree of depth 5, branching 10, 59 nodes, as the presets')."""
-    d = PRESET_DEFAULTS[name]
-    sampling = SamplingConfig(cfg_scale=float(d["cfg_scale"]), top_k=int(d["top_k"]))
-    return DecodeConfig(method, delta=float(d["delta"]), k=min(int(d["k"]), max_k), sampling=sampling)
+    """``method`` with the page's start-up controls for preset ``name`` (``ui.DEFAULTS`` with the
+    preset's ``ui.PRESET_DEFAULTS``; the UI's control names mapped as ``ui.build_request`` maps them),
+    each method drafting its default shape (the page's "auto")."""
+    v = {**DEFAULTS, **PRESET_DEFAULTS[name]}
+    sampling = SamplingConfig(cfg_scale=float(v["cfg_scale"]), temperature=float(v["temperature"]),
+                              top_k=int(v["top_k"]), top_p=float(v["top_p"]))
+    return DecodeConfig(method, gamma=int(v["gamma"]), min_confidence=float(v["confidence"]), depth=int(v["depth"]),
+                        top_k=int(v["branching"]), total_tokens=int(v["tree_tokens"]), delta=float(v["delta"]),
+                        k=min(int(v["k"]), max_k), lam=float(v["lam"]), window=int(v["window"]), init=str(v["init"]),
+                        coupled=bool(v["coupled"]), sampling=sampling)
 
 
 # ----------------------------------------------------------------------------- measurements

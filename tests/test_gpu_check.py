@@ -55,3 +55,14 @@ def test_zero_gpu_path_and_table(report):
 def test_time_budget_skips_the_remaining_runs():
     p = gpu_check.check_preset("llamagen-t2i", torch.device("cpu"), torch.float32, reduced=True, deadline=0.0)
     assert p["methods"] == {m: {"skipped": "time budget spent"} for m in METHODS}
+
+
+def test_methods_run_with_the_pages_settings_for_the_preset():
+    from lantern_demo.ui import DEFAULTS, PRESET_DEFAULTS
+
+    d = {**DEFAULTS, **PRESET_DEFAULTS["llamagen-t2i-512"]}
+    c = gpu_check.method_config("llamagen-t2i-512", "sjd+lantern", max_k=1000)
+    assert (c.delta, c.k, c.coupled, c.window, c.init) == (d["delta"], d["k"], d["coupled"], d["window"], d["init"])
+    assert (c.sampling.top_k, c.sampling.cfg_scale) == (d["top_k"], d["cfg_scale"])
+    e = gpu_check.method_config("llamagen-t2i-512", "eagle", max_k=1000)
+    assert (e.shape, e.depth, e.top_k, e.total_tokens) == ("tree", d["depth"], d["branching"], d["tree_tokens"])
