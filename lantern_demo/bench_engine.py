@@ -7,7 +7,7 @@ Per method: target passes (NFE, prefill included), mean accepted length
 repeats and seeds), speed-up over AR measured in the same run, and the
 engine's own cost per verification step: acceptance-logic time next to the
 target-forward time. It measures the engine, not image quality: the weights
-are random. ``tiny_random_pair`` builds a drafter that knows the target's
+are random. ``tiny.tiny_random_pair`` builds a drafter that knows the target's
 "bigram" path (token embedding -> lm_head), so drafts are often but not
 always right, as with a trained drafter.
 """
@@ -18,52 +18,13 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from .drafter import Drafter
 from .engine import DecodeConfig, generate
-from .gpt import GPT, GPTConfig
 from .neighbors import build_neighbor_table
 from .sampling import SamplingConfig
-
-
-def tiny_random_pair(
-    seed: int = 0, vocab: int = 512, dim: int = 128, n_layer: int = 4, grid: int = 16, mix: float = 1.0,
-    **config: Any,
-) -> tuple[GPT, Drafter, torch.Tensor]:
-    """A random LlamaGen-architecture target, a drafter that mimics part of it, and a condition.
-
-    The target's token embeddings have unit scale and its residual writers
-    (attention out and MLP down projections) are scaled by ``mix``, so its
-    next-token logits are mostly lm_head(norm(embed(t))) plus a context-dependent part; the drafter passes its token embedding
-    straight through (fc = [I, 0], its layer's writers zeroed), so it predicts
-    exactly that bigram part. lm_head is scaled so that distributions are peaked
-    like a trained model's (logit std about 3). ``config`` overrides ``GPTConfig``
-    fields (e.g. ``cls_token_num=1``). Returns (target, drafter, cond
-    [cls_token_num, caption_dim]).
-    """
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    cfg = GPTConfig(**{**dict(vocab_size=vocab, dim=dim, n_layer=n_layer, n_head=4, ffn_hidden=2 * dim,
-                               cls_token_num=8, caption_dim=32, grid=grid), **config})
-    target = GPT(cfg).eval()
-    drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
-    with torch.no_grad():
-        target.lm_head.weight.normal_(0.0, 3.0 / dim**0.5, generator=gen)
-        target.embed_tokens.weight.normal_(0.0, 1.0, generator=gen)
-        for block in target.layers:
-            block.self_attn.o_proj.weight.mul_(mix)
-            block.mlp.down_proj.weight.mul_(mix)
-        drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
-        drafter.fc.weight.zero_()
-        drafter.fc.weight[:, :dim] = torch.eye(dim)
-        for block in drafter.layers:
-            block.self_attn.o_proj.weight.zero_()
-            block.mlp.down_proj.weight.zero_()
-    cond = torch.randn(cfg.cls_token_num, cfg.caption_dim, generator=gen)
-    return target, drafter, cond
+from .tiny import tiny_random_pair
 
 
 def default_configs(sampling: SamplingConfig) -> dict[str, DecodeConfig]:

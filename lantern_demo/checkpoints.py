@@ -15,8 +15,8 @@ Layouts (see ``/work/shared/design/llamagen-formats.md``):
   ``feed_forward.w1|w3|w2`` (= gate|up|down), ``attention_norm``, ``ffn_norm``,
   ``norm``, ``output``, ``cls_embedding.*``; a pickle whose weights sit under
   ``"model"`` (or ``"module"``/``"state_dict"``), loaded with ``weights_only=True``.
-  No config: the sizes are read from the tensor shapes (head_dim 64 and grid 16
-  are assumed unless given).
+  No config: the sizes are read from the tensor shapes; head_dim and grid, which the
+  shapes do not determine, from a ``freqs_cis`` table if present, else they must be given.
 * **drafter** (``jadohu/llamagen_drafter``): ``config.json`` (target's, with
   ``num_hidden_layers`` 1) + ``pytorch_model.bin`` or ``model.safetensors`` with
   ``embed_tokens.weight``, ``fc.weight|bias``, ``layers.0.self_attn.*``,
@@ -62,6 +62,7 @@ __all__ = [
     "config_to_hf",
     "config_from_original",
     "read_state_dict",
+    "load_torch_weights",
     "load_gpt",
     "load_gpt_state_dict",
     "save_gpt",
@@ -270,50 +271,100 @@ def config_to_hf(cfg: GPTConfig) -> dict[str, Any]:
     }
 
 
-def config_from_original(sd: dict[str, Tensor], head_dim: int = 64, grid: int = 16, **overrides: Any) -> GPTConfig:
-    """Infer a GPTConfig from original-layout (or native) tensor shapes."""
+def config_from_original(sd: dict[str, Tensor], head_dim: int | None = None, grid: int | None = None,
+                         **overrides: Any) -> GPTConfig:
+    """Infer a GPTConfig from original-layout (or native) tensors.
+
+    The shapes give vocab, width, depth, SwiGLU width, prefix length and caption width. They
+    do not give the head count (``wqkv`` is ``[3 dim, dim]`` for any) nor the image grid:
+    both come from a rotary table ``freqs_cis [P + grid^2, head_dim / 2, 2]`` where the file
+    has one, else from ``head_dim`` (or ``n_head=`` in ``overrides``) and ``grid``; a missing
+    one raises ValueError naming it, a given one that contradicts the table CheckpointError.
+    ``overrides`` set any other GPTConfig field.
+    """
     nat = sd if "embed_tokens.weight" in sd else original_to_native(sd)
     try:
         vocab, dim = nat["embed_tokens.weight"].shape
         layers = {int(m.group(1)) for k in nat if (m := re.match(r"layers\.(\d+)\.", k))}
-        base = dict(
-            vocab_size=vocab, dim=dim, n_layer=len(layers), n_head=dim // head_dim,
+        base: dict[str, Any] = dict(
+            vocab_size=vocab, dim=dim, n_layer=len(layers),
             ffn_hidden=nat["layers.0.mlp.gate_proj.weight"].shape[0],
             cls_token_num=nat["cls_embedding.uncond_embedding"].shape[0],
-            caption_dim=nat["cls_embedding.cap_proj.fc1.weight"].shape[1], grid=grid,
+            caption_dim=nat["cls_embedding.cap_proj.fc1.weight"].shape[1],
         )
     except KeyError as e:
         raise CheckpointError(f"cannot infer the config: missing key {e.args[0]!r}") from None
-    base.update(overrides)
+    if "n_head" in overrides:
+        head_dim = head_dim if head_dim is not None else dim // overrides["n_head"]
+    found = dict(zip(("head_dim", "grid"), _rope_table_sizes(sd, base["cls_token_num"]) or (None, None)))
+    given = {"head_dim": head_dim, "grid": grid}
+    for name, value in given.items():
+        if value is not None and found[name] is not None and value != found[name]:
+            raise CheckpointError(f"{name}={value} contradicts the file's rotary table freqs_cis ({name} {found[name]})")
+    head_dim, grid = (given[n] if given[n] is not None else found[n] for n in ("head_dim", "grid"))
+    missing = [n for n, v in (("head_dim", head_dim), ("grid", grid)) if v is None]
+    if missing:
+        raise ValueError(
+            f"an original-layout checkpoint does not determine {' and '.join(missing)} (its weights have the "
+            f"same shapes for any head count and image size, and it has no freqs_cis table): pass "
+            f"{', '.join(m + '=' for m in missing)} (LlamaGen T2I XL: head_dim=64, grid=16 at 256 px, 32 at 512 px) "
+            "or cfg=")
+    base.update(n_head=dim // head_dim, grid=grid)
+    base.update({k: v for k, v in overrides.items() if k != "n_head"})
     return GPTConfig(**base)
+
+
+def _rope_table_sizes(sd: dict[str, Tensor], prefix_len: int) -> tuple[int, int] | None:
+    """(head_dim, grid) from a LlamaGen rotary table ``freqs_cis [P + grid^2, head_dim / 2, 2]``, or None."""
+    table = next((v for k, v in sd.items() if k.split(".")[-1] == "freqs_cis"), None)
+    if table is None or table.dim() != 3:
+        return None
+    grid = math.isqrt(max(table.shape[0] - prefix_len, 0))
+    if grid * grid != table.shape[0] - prefix_len or grid == 0:
+        raise CheckpointError(f"freqs_cis {tuple(table.shape)}: {table.shape[0]} rows are not {prefix_len} "
+                              "prefix rows plus a square grid")
+    return 2 * table.shape[1], grid
 
 
 # ---- files -------------------------------------------------------------------------
 
 
-def _torch_load(path: Path) -> Any:
+def load_torch_weights(path: str | os.PathLike[str], use_ema: bool = False) -> dict[str, Tensor]:
+    """The tensor dict of a ``torch.save`` file, unpickling nothing but tensors and containers.
+
+    Reads with ``torch.load(weights_only=True)``; if that refuses the file, it is retried with
+    ``argparse.Namespace`` allowed (LlamaGen's training checkpoints store their ``args``);
+    anything else raises :class:`CheckpointError` ("Refusing to load ..."). The weights are
+    the dict under ``"ema"`` (when ``use_ema``), else ``"model"``, ``"module"`` or
+    ``"state_dict"``, else the file itself; key prefixes ``module.`` and ``_orig_mod.`` go.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as first:  # noqa: BLE001
-        # LlamaGen training checkpoints also pickle an argparse.Namespace ("args"): allow only that.
         try:
             with torch.serialization.safe_globals([argparse.Namespace]):
-                return torch.load(path, map_location="cpu", weights_only=True)
+                obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001
+            lines = str(first).strip().splitlines()
+            hint = next((ln for ln in lines if "Unsupported global" in ln), lines[0] if lines else "")
             raise CheckpointError(
-                f"{path}: not loadable with torch.load(weights_only=True) ({type(first).__name__}: {first}); "
-                "refusing to unpickle arbitrary objects"
+                f"Refusing to load {str(path)!r}: torch.load(weights_only=True) failed ({type(first).__name__}: "
+                f"{hint.strip()}); only tensors and containers are unpickled, never arbitrary objects. If you "
+                "trust the file, re-save just its weights: torch.save({'model': torch.load(path, "
+                "weights_only=False)['model']}, 'clean.pt')."
             ) from first
-
-
-def _unwrap(obj: Any, path: Path) -> dict[str, Tensor]:
     if isinstance(obj, dict):
-        for key in ("model", "module", "state_dict"):
-            if key in obj and isinstance(obj[key], dict):
+        for key in (("ema",) if use_ema else ()) + ("model", "module", "state_dict"):
+            if isinstance(obj.get(key), dict):
                 obj = obj[key]
                 break
-    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise CheckpointError(f"{path}: no tensor state dict found (expected a dict of tensors or one under 'model')")
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, Tensor) for v in obj.values()):
+        found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise CheckpointError(f"{path}: no tensor state dict found (a dict of tensors, or one under "
+                              f"'model' / 'ema' / 'state_dict'; found {found})")
     out = {}
     for k, v in obj.items():
         for p in ("module.", "_orig_mod."):
@@ -331,7 +382,7 @@ def _read_file(path: Path) -> dict[str, Tensor]:
             return load_file(str(path), device="cpu")
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(f"{path}: corrupt safetensors file ({e})") from e
-    return _unwrap(_torch_load(path), path)
+    return load_torch_weights(path)
 
 
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
@@ -441,15 +492,16 @@ def load_gpt_state_dict(sd: dict[str, Tensor], cfg: GPTConfig, layout: str | Non
 def load_gpt(path: str | os.PathLike[str], device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
              cfg: GPTConfig | None = None, **original_overrides: Any) -> GPT:
     """Load the target GPT from a directory (``config.json`` + weights, HF or native layout) or
-    from an original FoundationVision ``.pt`` file (config inferred from shapes;
-    ``original_overrides`` such as ``head_dim=64, grid=16`` apply there). dtype default float32."""
+    from an original FoundationVision ``.pt`` file, whose config comes from its shapes and
+    ``original_overrides`` (``head_dim=``, ``grid=``: needed unless the file has a rotary
+    table, see :func:`config_from_original`) unless ``cfg`` is given. dtype default float32."""
     path = Path(path)
     sd = read_state_dict(path)
     if cfg is None:
         if path.is_dir() and (path / "config.json").is_file():
             cfg = config_from_hf(_read_config(path))
         else:
-            cfg = config_from_original(to_native(sd), **original_overrides)
+            cfg = config_from_original(sd, **original_overrides)
     return load_gpt_state_dict(sd, cfg, None, device, dtype)
 
 

@@ -31,28 +31,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .gpt import (
-    Block,
-    GPTConfig,
-    KVCache,
-    decode_weight,
-    prefix_rope,
-    prepare_caption,
-    qkv_rotation,
-    rope_for_positions,
-    rotation_for_positions,
-    stacked_linear,
-    train_attention_mask,
-)
+from .gpt import Block, GPTConfig, prefix_rope, prepare_caption, qkv_rotation, rope_for_positions, rotation_for_positions
+from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
 
-__all__ = ["Drafter", "DrafterConfig"]
-
-DrafterConfig = GPTConfig  # a drafter config is a GPTConfig with n_layer = 1 (``cfg.as_drafter()``)
+__all__ = ["Drafter"]
 
 
 class Drafter(nn.Module):
-    """Implements the ``Drafter`` protocol (plus ``forward_train`` for teacher-forced training)."""
+    """Implements the ``Drafter`` protocol (plus ``forward_train`` for teacher-forced training).
+
+    cfg: the target's config with ``n_layer`` set to the drafter's depth (``cfg.as_drafter()``).
+    """
 
     def __init__(self, cfg: GPTConfig, lm_head: nn.Module | None = None, freeze_embedding: bool = True):
         super().__init__()
@@ -100,7 +90,7 @@ class Drafter(nn.Module):
 
     def _head(self, x: Tensor, head_weight: Tensor | None = None) -> Tensor:
         """Logits [..., V] float32 of features x [..., D] through the target's lm_head
-        (``head_weight``: its decoding copy, see ``gpt.decode_weight``)."""
+        (``head_weight``: its decoding copy, see ``kv_cache.decode_weight``)."""
         return stacked_linear(x.to(self.lm_head.weight.dtype), head_weight, self.lm_head).float()
 
     # ---- protocol

@@ -1,4 +1,4 @@
-"""LlamaGen's text-to-image GPT in one readable file (the LANTERN *target*).
+"""LlamaGen's text-to-image GPT (the LANTERN *target*).
 
 Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``):
 
@@ -15,11 +15,11 @@ Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``)
   (adjacent elements ``(2m, 2m+1)``, not the "rotate_half" layout) the first
   half rotate with the image row ``i // grid`` and the second half with the
   column ``i % grid``; prefix positions get ``cos = sin = 0`` (their q and k are
-  zero), which is what the released weights were trained with
-  (``GPTConfig.prefix_rope = "zero"``, also what the shipped emoji weights use;
-  ``"identity"`` is a tested training option, see :func:`prefix_rope`). Positions
-  ``>= grid * grid`` (speculative overshoot) also get zeros, as in the LANTERN
-  release's padded table.
+  zero), which is what LlamaGen's released weights were trained with
+  (``GPTConfig.prefix_rope = "zero"``); ``"identity"`` (:func:`prefix_rope`) keeps
+  the caption keys' content and is what the shipped emoji weights use
+  (``assets/emoji/*/config.json``). Positions ``>= grid * grid`` (speculative
+  overshoot) also get zeros, as in the LANTERN release's padded table.
 
 Module names follow the HF-style layout (``embed_tokens``, ``layers.i.self_attn.q_proj``,
 ``mlp.gate_proj``, ``input_layernorm``, ...) so that our ``state_dict`` is the
@@ -33,7 +33,10 @@ The condition ``cond`` accepted by :meth:`GPT.prefill` (see :func:`prepare_capti
   the *valid* caption tokens in order. When ``L < P`` they are LEFT-padded with
   zero rows to ``P`` (valid tokens at the end, as LlamaGen does) and the padded
   positions are masked out as attention keys;
-* a tensor ``[P, caption_dim]``: used as is, every position valid;
+* a tensor ``[P, caption_dim]``: used as is, every position valid. A zero-padded
+  caption (a text encoder's ``emb`` row) passed this way is NOT masked: its zero rows
+  are attended like tokens, unlike LlamaGen's sampler, which masks the padded keys;
+  pass it with its mask (``Caption(emb, mask)``, or the ``TextEmbedding`` itself);
 * a :class:`Caption` ``(emb, mask)`` (or a plain ``(emb, mask)`` tuple, or any
   object with ``.emb``/``.mask`` such as ``lantern_demo.text.TextEmbedding``;
   a leading batch dimension of 1 is dropped) with
@@ -45,24 +48,14 @@ Masking follows LlamaGen's sampler: padded caption positions are removed as
 keys for every query except themselves (each position always attends to itself),
 and the *same* key mask is applied to the unconditional row.
 
-KV cache: ``prefill`` allocates one buffer ``[n_layer, 2 (k, v), R, H, P + max_tokens,
-head_dim]`` (in the weights' dtype) and writes the prefix; ``forward`` appends image
-entries after ``length``; ``keep`` compacts all layers with one gather.
 ``prefill``/``forward`` run under ``torch.no_grad`` (their outputs stay usable in
 autograd); the engine runs whole decodes under ``torch.inference_mode``, which skips
-autograd's bookkeeping on every operator call. Training uses :meth:`GPT.forward_train`
-(same modules, no cache).
-
-Lean decoding (the per-pass cost of this small model on a CPU is mostly operator
-calls, not arithmetic): each attention runs ONE matmul for q, k and v (the three
-weights stacked) and rotates all three with ONE complex multiply (v's rotation is 1);
-the MLP runs one matmul for gate and up; the norms are one ``F.rms_norm`` call;
-rotations come from a table per image position built once. Each of these gives
-bit-identical results to the separate operations (tested). Decoding multiplies by
-K-major copies of the stacked weights made at ``prefill`` (the KV cache holds entries
-of those weights anyway), which MKL runs faster (see ``decode_weight``; results equal
-``F.linear``'s from 4 rows on, within float rounding below); ``forward_train`` uses
-the live weights so that gradients flow.
+autograd's bookkeeping on every operator call. Decoding keeps a ``KVCache`` and multiplies
+by decoding copies of the weights made at ``prefill`` (both in ``lantern_demo.kv_cache``);
+each attention rotates q, k and v with ONE complex multiply (v's rotation is 1), the norms
+are one ``F.rms_norm`` call, and rotations come from a table per image position built once.
+Each of these gives bit-identical results to the separate operations (tested). Training uses
+:meth:`GPT.forward_train` (same modules, no cache, the live weights so that gradients flow).
 """
 
 from __future__ import annotations
@@ -77,6 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
 
 __all__ = [
@@ -88,7 +82,6 @@ __all__ = [
     "MLP",
     "Block",
     "CaptionEmbedder",
-    "KVCache",
     "rope_table",
     "prefix_rope",
     "rope_for_positions",
@@ -98,7 +91,6 @@ __all__ = [
     "apply_rope",
     "prepare_caption",
     "prepare_caption_batch",
-    "train_attention_mask",
 ]
 
 
@@ -220,16 +212,6 @@ def prepare_caption(cond: Any, prefix_len: int) -> tuple[Tensor | None, Tensor |
     return e[0], None if m is None else m[0]
 
 
-def train_attention_mask(key_mask: Tensor, seq_len: int) -> Tensor:
-    """Causal mask [B, 1, S, S] (True = attend) with masked prefix keys, each position seeing itself."""
-    B, P = key_mask.shape
-    dev = key_mask.device
-    m = torch.ones(seq_len, seq_len, dtype=torch.bool, device=dev).tril()[None].repeat(B, 1, 1)
-    m[:, :, :P] &= key_mask[:, None, :]
-    m |= torch.eye(seq_len, dtype=torch.bool, device=dev)[None]
-    return m[:, None]
-
-
 # --------------------------------------------------------------------------- RoPE
 
 
@@ -337,31 +319,6 @@ class RMSNorm(nn.Module):
         if x.dtype == self.weight.dtype == torch.float32:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return F.rms_norm(x.float(), self.weight.shape, None, self.eps).type_as(x) * self.weight
-
-
-def _stack_weights(*linears: nn.Linear) -> Tensor:
-    """The weights of bias-free ``linears`` stacked by output row: one matmul computes all their outputs."""
-    return torch.cat([m.weight for m in linears])
-
-
-@torch.inference_mode(False)  # a plain tensor, usable outside inference mode too
-@torch.no_grad()
-def decode_weight(*linears: nn.Linear) -> Tensor:
-    """[K, N]: :func:`_stack_weights` transposed and contiguous, for decoding.
-
-    ``x @ w`` with this K-major copy was measured 1.1-1.7x faster than ``F.linear``'s
-    ``x @ W^T`` on the 2-core EPYC for 1-64 rows when the weight is not in cache (MKL
-    then streams it without repacking), and gives the same results from 4 rows on.
-    """
-    return _stack_weights(*linears).t().contiguous()
-
-
-def stacked_linear(x: Tensor, decode_weight: Tensor | None, *linears: nn.Linear) -> Tensor:
-    """x [..., K] through the stacked bias-free ``linears`` -> [..., N]: ``x @ decode_weight`` when
-    given (decoding), else ``F.linear`` of the live weights (training: gradients reach them)."""
-    if decode_weight is not None:
-        return x @ decode_weight
-    return F.linear(x, _stack_weights(*linears))
 
 
 class MLP(nn.Module):
@@ -483,73 +440,6 @@ class CaptionEmbedder(nn.Module):
         if drop is not None:
             caption = torch.where(drop.to(caption.device)[:, None, None], self.uncond_embedding.to(caption.dtype), caption)
         return self.cap_proj(caption)
-
-
-# --------------------------------------------------------------------------- KV cache
-
-
-class KVCache:
-    """One K/V buffer ``kv [n_layer, 2 (k, v), R, H, prefix + capacity, hd]`` plus the image-entry bookkeeping.
-
-    ``prefix`` entries (the condition) come first and are never dropped; ``length``
-    counts image entries after them. ``key_mask [R, prefix]`` (or None = all valid)
-    masks prefix keys for every image query. One buffer for all layers lets
-    :meth:`keep` move every layer's entries with one gather.
-    """
-
-    def __init__(self, n_layer: int, rows: int, n_head: int, head_dim: int, prefix: int, capacity: int,
-                 dtype: torch.dtype, device: torch.device, key_mask: Tensor | None = None):
-        self.kv = torch.zeros(n_layer, 2, rows, n_head, prefix + capacity, head_dim, dtype=dtype, device=device)
-        self.rows, self.prefix, self.capacity = rows, prefix, capacity
-        self.key_mask = key_mask
-        self.length = 0
-
-    def layer(self, i: int) -> Tensor:
-        """Layer ``i``'s buffer [2 (k, v), R, H, prefix + capacity, hd] (a view)."""
-        return self.kv[i]
-
-    def prefix_mask(self) -> Tensor:
-        """[R, 1, P, P] bool: causal over the prefix, masked keys, diagonal always on."""
-        P, dev = self.prefix, self.kv.device
-        km = self.key_mask if self.key_mask is not None else torch.ones(self.rows, P, dtype=torch.bool, device=dev)
-        return train_attention_mask(km, P)
-
-    def step_mask(self, mask: Tensor | None, T: int) -> Tensor | None:
-        """Mask [R|1, 1, T, P + length + T] for appending T entries (None when nothing is masked)."""
-        L, P = self.length, self.prefix
-        if L + T > self.capacity:
-            raise RuntimeError(f"KV cache overflow: {L} + {T} entries > capacity {self.capacity} (raise max_tokens)")
-        dev = self.kv.device
-        if mask is None:
-            if T == 1 and self.key_mask is None:
-                return None
-            j = torch.arange(L + T, device=dev)
-            img = j[None, :] <= (L + torch.arange(T, device=dev))[:, None]
-        else:
-            if tuple(mask.shape) != (T, L + T):
-                raise ValueError(f"mask must be [T, length + T] = {(T, L + T)}, got {tuple(mask.shape)}")
-            img = mask.to(device=dev, dtype=torch.bool)
-        if self.key_mask is None:
-            pre = torch.ones(1, T, P, dtype=torch.bool, device=dev)
-            full = torch.cat([pre, img[None]], dim=-1)
-        else:
-            pre = self.key_mask[:, None, :].expand(self.rows, T, P)
-            full = torch.cat([pre, img[None].expand(self.rows, T, L + T)], dim=-1)
-        return full[:, None]
-
-    def keep(self, start: int, index: Tensor) -> None:
-        L = self.length
-        index = torch.as_tensor(index, dtype=torch.long, device=self.kv.device).reshape(-1)
-        n = index.numel()
-        if not 0 <= start <= L:
-            raise ValueError(f"keep start {start} outside 0..{L}")
-        if n and (int(index.min()) < 0 or int(index.max()) >= L - start):
-            raise ValueError(f"keep index out of range 0..{L - start - 1}")
-        # a chain's accepted drafts are already in place (index = 0..n-1): nothing to move
-        if n and not torch.equal(index, torch.arange(n, device=index.device)):
-            lo = self.prefix + start
-            self.kv[..., lo:lo + n, :] = self.kv.index_select(-2, lo + index)
-        self.length = start + n
 
 
 # --------------------------------------------------------------------------- model

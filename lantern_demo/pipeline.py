@@ -36,13 +36,13 @@ from PIL import Image
 from torch import Tensor
 
 from .engine import DecodeConfig, Step, decode, summarize
-from .gpt import GPT, Caption, GPTConfig
+from .gpt import GPT, Caption
 from .drafter import Drafter
 from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
 from .neighbors import neighbor_table
-from .text import PromptNotice, TextEncoder, WordTextEncoder, load_text_encoder
+from .text import PromptNotice, TextEncoder, load_text_encoder
+from .tiny import tiny_components
 from .vq import VQDecoder
-from .vq_net import VQDecoderConfig, VQDecoderNet
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED = "emoji"
@@ -271,20 +271,9 @@ def tiny_random_pipeline(seed: int = 0, device: str | torch.device = "cpu", voca
     a random VQ decoder with 4x upsampling (64 px images), codebook ``vocab``.
     """
     device = torch.device(device)
-    torch.manual_seed(seed)
-    words = "a an the of red green blue yellow face smiling cat dog heart star sun moon tree flag".split()
-    text = WordTextEncoder(words, dim=32, max_length=8).eval()
-    cfg = GPTConfig(vocab_size=vocab, dim=dim, n_layer=n_layer, n_head=4, ffn_hidden=2 * dim,
-                    cls_token_num=8, caption_dim=32, grid=grid)
-    target = GPT(cfg).eval()
-    drafter = Drafter(cfg.as_drafter(), lm_head=target.lm_head).eval()
-    with torch.no_grad():
-        drafter.embed_tokens.weight.copy_(target.embed_tokens.weight)
-    vq = VQDecoderNet(VQDecoderConfig(up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 16, 16),
-                                      latent_channels=8, num_vq_embeddings=vocab, vq_embed_dim=4, norm_num_groups=8))
-    decoder = VQDecoder(vq, grid)
-    neighbors = neighbor_table(decoder.raw_codebook(), 32)
-    target, drafter, vq = target.to(device), drafter.to(device), vq.to(device)
+    text, target, drafter, decoder, neighbors = tiny_components(seed, vocab, dim, n_layer, grid)
+    for module in (target, drafter, decoder.vq):
+        module.to(device)
     return LanternPipeline(get_preset(TINY_RANDOM), text, target, drafter, decoder, neighbors.to(device), device)
 
 

@@ -21,13 +21,19 @@ from .gpt import GPTConfig
 GiB = 1024**3
 
 
-def t5_xl_encoder_parameters() -> int:
-    from transformers import T5Config, T5EncoderModel
+def t5_xl_config():
+    """The flan-t5-xl ``T5Config`` (encoder sizes as published; no download)."""
+    from transformers import T5Config
 
-    config = T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=24, num_heads=32,
-                      feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    return T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=24, num_heads=32,
+                    feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+
+
+def t5_xl_encoder_parameters() -> int:
+    from transformers import T5EncoderModel
+
     with torch.device("meta"):
-        return sum(p.numel() for p in T5EncoderModel(config).parameters())
+        return sum(p.numel() for p in T5EncoderModel(t5_xl_config()).parameters())
 
 
 def vq16_parameters() -> int:
@@ -39,10 +45,11 @@ def vq16_parameters() -> int:
         return sum(p.numel() for p in VQModel(**llamagen_vq_config()).parameters())
 
 
-def llamagen_sizes(tree_tokens: int = 59, k_max: int = 1000) -> dict[str, float]:
-    """Parameter counts and the bf16 GPU memory estimate (bytes) of the llamagen-t2i preset."""
+def llamagen_sizes(tree_tokens: int = 59, k_max: int = 1000, grid: int = 16) -> dict[str, float]:
+    """Parameter counts and the bf16 GPU memory estimate (bytes) of a LlamaGen preset
+    (``grid`` 16: llamagen-t2i, 256 px; 32: llamagen-t2i-512)."""
     counts = xl_parameter_counts()
-    cfg = GPTConfig.llamagen_xl()
+    cfg = GPTConfig.llamagen_xl(grid=grid)
     t5 = t5_xl_encoder_parameters()
     vq = vq16_parameters()
     seq = cfg.cls_token_num + cfg.n_image_tokens + tree_tokens

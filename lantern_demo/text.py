@@ -114,7 +114,12 @@ class PromptNotice:
 
 @dataclass
 class TextEmbedding:
-    """Left-padded caption embeddings: emb [B, L, C], mask [B, L] bool, notices (B)."""
+    """Left-padded caption embeddings: emb [B, L, C], mask [B, L] bool, notices (B).
+
+    Give the GPT the mask with the embedding (this object, or ``gpt.Caption(emb[b], mask[b])``):
+    a bare ``emb[b]`` is taken as L valid tokens, so its zero padding would be attended,
+    where LlamaGen's sampler masks the padded keys.
+    """
 
     emb: Tensor
     mask: Tensor

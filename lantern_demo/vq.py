@@ -37,9 +37,7 @@ kept separately: LANTERN's neighbour table is computed from it.
 
 from __future__ import annotations
 
-import argparse
 import os
-import pickle
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -48,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checkpoints import CheckpointError, load_torch_weights
 from .vq_net import VQDecoderConfig, VQDecoderNet
 
 __all__ = [
@@ -193,7 +192,7 @@ _CODEBOOK_KEY = "quantize.embedding.weight"
 class ConvertedVQ:
     """Result of :func:`convert_llamagen_vq_state_dict`.
 
-    state_dict: VQModel state dict (codebook rows L2-normalised).
+    state_dict: VQModel state dict (codebook rows L2-normalised, float32; the rest as stored).
     raw_codebook: [V, D] the checkpoint's codebook as stored (un-normalised).
     """
 
@@ -212,8 +211,9 @@ def convert_llamagen_vq_state_dict(sd: Mapping[str, Tensor], normalize_codebook:
 
     Renames by :data:`LLAMAGEN_VQ_RENAMES`, reshapes attention 1x1 convs to
     linear weights, drops :data:`LLAMAGEN_VQ_DROP`, L2-normalises the codebook
-    rows (LlamaGen normalises at lookup time; ``normalize_codebook=False`` keeps
-    them as stored). A leading ``module.`` (DDP) prefix is stripped.
+    rows in float32 and keeps them float32 whatever the file's dtype (LlamaGen
+    normalises at lookup time, in float32; ``normalize_codebook=False`` keeps them
+    as stored). A leading ``module.`` (DDP) prefix is stripped.
     """
     if _CODEBOOK_KEY not in sd and f"module.{_CODEBOOK_KEY}" not in sd:
         raise ValueError(f"not a LlamaGen VQ state dict: no {_CODEBOOK_KEY!r} (keys: {list(sd)[:5]}...)")
@@ -233,8 +233,8 @@ def convert_llamagen_vq_state_dict(sd: Mapping[str, Tensor], normalize_codebook:
             value = value[:, :, 0, 0]
         if new == _CODEBOOK_KEY:
             raw = value.detach().clone()
-            if normalize_codebook:
-                value = F.normalize(value.float(), p=2, dim=-1).to(value.dtype)
+            if normalize_codebook:  # float32, as LlamaGen's lookup: rounding unit vectors to fp16 costs ~1e-3 in pixels
+                value = F.normalize(value.float(), p=2, dim=-1)
         out[new] = value
     assert raw is not None
     return ConvertedVQ(out, raw)
@@ -246,41 +246,13 @@ def convert_llamagen_vq_state_dict(sd: Mapping[str, Tensor], normalize_codebook:
 
 
 def load_llamagen_checkpoint(path: str | os.PathLike, use_ema: bool = False) -> dict[str, Tensor]:
-    """Load LlamaGen VQ weights from a ``torch.save`` file, safely.
-
-    Uses ``torch.load(weights_only=True)``. If that refuses the file only
-    because of an ``argparse.Namespace`` (LlamaGen stores its ``args``), it is
-    retried with exactly that class allow-listed; anything else raises a
-    ``RuntimeError`` explaining why, and nothing is unpickled beyond tensors,
-    containers and ``Namespace``. Weights are taken from ``"ema"`` when
-    ``use_ema`` and present, else ``"model"``, else ``"state_dict"``, else the
-    file itself if it is a flat tensor dict.
-    """
-    path = os.fspath(path)
+    """LlamaGen VQ weights from a ``torch.save`` file, read safely by
+    :func:`~lantern_demo.checkpoints.load_torch_weights` (``"ema"`` weights when ``use_ema``);
+    a file it refuses raises ``RuntimeError`` with its reason."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        try:
-            with torch.serialization.safe_globals([argparse.Namespace]):
-                ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            first = str(e).strip().splitlines()
-            hint = next((ln for ln in first if "Unsupported global" in ln), first[0] if first else "")
-            raise RuntimeError(
-                f"Refusing to load {path!r}: it contains Python objects other than tensors "
-                f"(torch.load(weights_only=True) failed: {hint.strip()}). Only plain weight "
-                "checkpoints are loaded, to avoid running arbitrary code from a pickle. "
-                "If you trust the file, re-save just its weights, e.g. "
-                "torch.save({'model': torch.load(path, weights_only=False)['model']}, 'clean.pt')."
-            ) from e
-    if not isinstance(ckpt, Mapping):
-        raise RuntimeError(f"{path!r}: expected a dict checkpoint, got {type(ckpt).__name__}")
-    for key in (("ema",) if use_ema else ()) + ("model", "state_dict"):
-        if key in ckpt and isinstance(ckpt[key], Mapping):
-            return dict(ckpt[key])
-    if ckpt and all(isinstance(v, Tensor) for v in ckpt.values()):
-        return dict(ckpt)
-    raise RuntimeError(f"{path!r}: no weights found under 'model' / 'ema' / 'state_dict' (keys: {sorted(ckpt)})")
+        return load_torch_weights(path, use_ema=use_ema)
+    except CheckpointError as e:
+        raise RuntimeError(str(e)) from e
 
 
 def load_llamagen_vq(
@@ -384,22 +356,26 @@ class VQDecoder:
         return ids.to(device=self.device, dtype=torch.long)
 
     @torch.inference_mode()
-    def decode(self, ids: Tensor, output: str = "uint8") -> Tensor:
+    def decode(self, ids: Tensor, output: str = "uint8", clamp: bool = True) -> Tensor:
         """Decode ids [B, N] (raster order; [N] is taken as B = 1).
 
         output="uint8": [B, H, W, 3] uint8 (0..255); output="float": [B, 3, H, W]
-        float32 in [-1, 1] (clamped).
+        float32, nominally in [-1, 1]: clamped to it by default (images), the decoder's
+        raw values with ``clamp=False`` (numerical checks, research; float output only).
         """
         if output not in ("uint8", "float"):
             raise ValueError("output must be 'uint8' or 'float'")
-        x = self._decode_rows(self._check_ids(ids), self.grid[0])
+        if not clamp and output != "float":
+            raise ValueError("clamp=False needs output='float' (uint8 images are always clamped)")
+        x = self._decode_rows(self._check_ids(ids), self.grid[0], clamp)
         return x if output == "float" else _to_uint8(x)
 
-    def _decode_rows(self, ids: Tensor, rows: int) -> Tensor:
-        """ids [B, rows * W] (valid ids on the model's device) -> float32 [B, 3, rows * factor, W * factor]
-        in [-1, 1] (clamped): whole images, or the top ``rows`` token rows for a streamed preview."""
-        x = self.vq.decode(ids, (ids.shape[0], rows, self.grid[1], self.embed_dim))
-        return x.float().clamp(-1, 1)
+    def _decode_rows(self, ids: Tensor, rows: int, clamp: bool = True) -> Tensor:
+        """ids [B, rows * W] (valid ids on the model's device) -> float32 [B, 3, rows * factor, W * factor],
+        clamped to [-1, 1] unless ``clamp`` is False: whole images, or the top ``rows`` token rows
+        for a streamed preview."""
+        x = self.vq.decode(ids, (ids.shape[0], rows, self.grid[1], self.embed_dim)).float()
+        return x.clamp(-1, 1) if clamp else x
 
     def decode_pil(self, ids: Tensor) -> list:
         """Decode ids [B, N] to a list of PIL images."""

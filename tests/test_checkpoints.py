@@ -84,6 +84,29 @@ def test_original_and_hf_files_give_identical_logits(tmp_path):
     assert config_from_hf(conf).prefix_rope == "zero"
 
 
+def test_original_file_with_a_non_64_head_size(tmp_path):
+    """The shapes do not determine the head count: an original file without a rotary table needs
+    head_dim (or cfg) and grid, and loads with them to the same logits; a rotary table decides both."""
+    m = tiny_gpt(dim=96, n_head=3)  # head_dim 32
+    orig = native_to_original(m.state_dict())
+    pt = tmp_path / "t2i_heads32.pt"
+    torch.save({"model": orig}, pt)
+    with pytest.raises(ValueError, match="head_dim and grid"):
+        load_gpt(pt)
+    with pytest.raises(ValueError, match="does not determine head_dim"):
+        load_gpt(pt, grid=4)
+    with pytest.raises(ValueError, match="does not determine grid"):
+        load_gpt(pt, head_dim=32)
+    _same(m, load_gpt(pt, head_dim=32, grid=4))
+    _same(m, load_gpt(pt, n_head=3, grid=4))
+    _same(m, load_gpt(pt, cfg=m.cfg))
+    orig["freqs_cis"] = torch.zeros(6 + 16, 16, 2)  # LlamaGen's table: [P + grid^2, head_dim / 2, 2]
+    torch.save({"model": orig}, pt)
+    assert load_gpt(pt).cfg == m.cfg
+    with pytest.raises(CheckpointError, match="head_dim=64 contradicts"):
+        load_gpt(pt, head_dim=64)
+
+
 def test_hf_bin_and_sharded_safetensors(tmp_path):
     m = tiny_gpt()
     hf = native_to_hf(m.state_dict())

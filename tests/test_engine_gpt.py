@@ -3,7 +3,7 @@
 Greedy speculative decoding must reproduce greedy AR token for token: this runs
 the real KV cache (``keep`` after chains and trees) and real tree attention masks.
 The drafter is built to know the target's "bigram" part so that many drafts are
-accepted but not all (see ``lantern_demo.bench_engine.tiny_random_pair``); the
+accepted but not all (see ``lantern_demo.tiny.tiny_random_pair``); the
 same bigram part lets SJD's redrafts be right (its greedy output must equal AR too).
 """
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lantern_demo.bench_engine import tiny_random_pair
+from lantern_demo.tiny import tiny_random_pair
 from lantern_demo.engine import DecodeConfig, generate
 from lantern_demo.neighbors import build_neighbor_table
 from lantern_demo.sampling import SamplingConfig

@@ -73,6 +73,37 @@ def test_left_padding_and_explicit_mask_agree():
     assert not torch.allclose(a, c, atol=1e-3)
 
 
+def _prefix_logits(m, emb, attend):
+    """Next-token logits [V] after a prefix emb [P, C] with attention mask ``attend`` [P, P] (True = attend)."""
+    from lantern_demo.gpt import prefix_rope, qkv_rotation
+
+    with torch.no_grad():
+        h = m.cls_embedding.cap_proj(emb[None])
+        rotation = qkv_rotation(prefix_rope(m.cfg, emb.shape[0], "cpu"))
+        for layer in m.layers:
+            h = layer(h, rotation, attend[None, None])
+        return m.lm_head(m.norm(h))[0, -1]
+
+
+@pytest.mark.parametrize("prefix_rope", ["zero", "identity"])
+def test_zero_padded_caption_needs_its_mask(prefix_rope):
+    """A T5 caption as the text encoder lays it out: [P, C], zero rows first, then the valid tokens.
+
+    Passed alone it is taken as P valid tokens (the zero rows are attended); with its mask the
+    padded keys are removed for every other query, as LlamaGen's sampler does."""
+    m = tiny_gpt(prefix_rope=prefix_rope)
+    P, n_valid = 6, 2
+    emb = torch.cat([torch.zeros(P - n_valid, 32), _caption(n_valid)])
+    mask = torch.arange(P) >= P - n_valid
+    causal = torch.ones(P, P, dtype=torch.bool).tril()
+    llamagen = (causal & mask[None, :]) | torch.eye(P, dtype=torch.bool)  # padded keys masked, each sees itself
+    unmasked = m.prefill(emb, 1, 4).logits[0]
+    masked = m.prefill(Caption(emb, mask), 1, 4).logits[0]
+    _close(unmasked, _prefix_logits(m, emb, causal))
+    _close(masked, _prefix_logits(m, emb, llamagen))
+    assert (masked - unmasked).abs().max() > 1e-2
+
+
 def test_cfg_rows():
     m = tiny_gpt()
     cap, toks = _caption(6), _tokens()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lantern_demo.bench_engine import tiny_random_pair
+from lantern_demo.tiny import tiny_random_pair
 from lantern_demo.engine import DecodeConfig, generate
 from lantern_demo.gpt import Caption
 from lantern_demo.sampling import SamplingConfig, probs_from_logits

@@ -369,3 +369,39 @@ def test_preview_decodes_the_generated_rows_in_one_band():
     # a complete image is decoded whole: exactly the final decode
     assert torch.equal(as_tensor(dec.decode_partial(full)), dec.decode(full[None])[0])
 
+
+
+def test_half_precision_checkpoint_decodes_like_float32(tmp_path):
+    """An fp16 LlamaGen file decodes like float32 computation on its stored values (limit 1e-3).
+
+    LlamaGen normalises the codebook at lookup, in float32; rounding the normalised rows
+    back to fp16 costs about 2e-3 here (conv_out scaled by 4, so that this small decoder
+    has an output range like the full-size one's), the float32 codebook about 1e-5.
+    """
+    sd = make_ref(1).state_dict()
+    sd["decoder.conv_out.weight"] = sd["decoder.conv_out.weight"] * 4
+    half = {k: v.half() for k, v in sd.items()}
+    ref = RefVQ().eval()
+    ref.load_state_dict({k: v.float() for k, v in half.items()})  # the stored values, computed in float32
+    p = tmp_path / "vq_fp16.pt"
+    torch.save({"model": half}, p)
+    vq, raw = load_llamagen_vq(p, norm_groups=GROUPS)
+    dec = VQDecoder(vq, GRID, raw_codebook=raw)
+    ids = torch.randint(0, V, (4, GRID * GRID), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = ref.decode_code(ids, GRID)
+    got = dec.decode(ids, output="float", clamp=False)
+    assert (got - want).abs().max() < 1e-3
+    assert convert_llamagen_vq_state_dict(half).state_dict["quantize.embedding.weight"].dtype == torch.float32
+
+
+def test_decode_unclamped():
+    """Clamped to [-1, 1] by default (images); ``clamp=False`` returns the decoder's floats."""
+    dec, ids = _decoder_and_ids(6)
+    with torch.no_grad():
+        dec.vq.decoder.conv_out.weight.mul_(4)  # outputs well outside [-1, 1]
+    raw = dec.decode(ids, output="float", clamp=False)
+    assert raw.abs().max() > 1.5
+    assert torch.equal(dec.decode(ids, output="float"), raw.clamp(-1, 1))
+    with pytest.raises(ValueError, match="clamp"):
+        dec.decode(ids, clamp=False)  # uint8 images are always clamped

@@ -5,7 +5,9 @@ The next-token logits of a ``ToyModel`` are a fixed pseudo-random function of
 enumerated; with ``order`` set, only the last ``order`` tokens of the history
 count (a Markov chain, where Jacobi redrafts can be right). The KV "cache" stores the token entries; the history of a new token
 is read from the entries its mask row lets it see, so tree masks and
-``keep`` are exercised exactly as a real model would need them.
+``keep`` are exercised exactly as a real model would need them. (Random models of
+the real architecture, whose distributions cannot be enumerated, come from
+``lantern_demo.tiny``.)
 """
 
 from __future__ import annotations
