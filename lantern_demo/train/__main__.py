@@ -18,16 +18,17 @@ and the model card.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
+import torch
+
+from ..emoji.data import default_cache
+from . import retrain
+from .resume import Paused
+
 STAGES = ("data", "vq", "gpt", "drafter", "eval", "card")
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("LANTERN_CACHE", Path.home() / ".cache" / "lantern-demo")) / "train"
 
 
 def main(argv=None) -> int:
@@ -47,12 +48,7 @@ def main(argv=None) -> int:
                     help="stop the GPT stage after MIN minutes, saving its state (continue with --resume)")
     a = ap.parse_args(argv)
 
-    import torch
-
     torch.set_num_threads(a.threads)
-    from . import retrain as R
-    from .resume import Paused
-
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
     if bad:
@@ -62,9 +58,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
-        R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
-              drafter_self_samples=a.drafter_self_samples, resume=a.resume,
-              time_limit=None if a.time_limit is None else 60 * a.time_limit)
+        retrain.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
+                    drafter_self_samples=a.drafter_self_samples, resume=a.resume,
+                    time_limit=None if a.time_limit is None else 60 * a.time_limit)
     except Paused as p:
         print(f"{p} (this chunk: {time.time() - t0:.0f}s)", flush=True)
         return 3

@@ -22,9 +22,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw, ImageFont
 
+from ..emoji import data as emoji_data
+from ..emoji import styles as emoji_styles
+from ..emoji.features import load as load_encoder
+from ..emoji.records import load_metrics, update_metrics
+from ..engine import DecodeConfig, generate
+from ..neighbors import build_neighbor_table
 from ..pipeline import EMOJI_SETTINGS
-from . import emoji_data, emoji_styles
+from ..sampling import SamplingConfig, probs_from_logits
+from .recognition import measure_known
+from .weights import caption_of, load_all
 
 #: The model card's "Quality notes" come from this file in the output folder: what a person
 #: sees in samples.png, written after looking at it (a retrain keeps the file; update it).
@@ -50,32 +59,9 @@ SPEC_SETTINGS = (
 DEFAULT_SETTING = "lantern chain (app default)"
 
 
-def load_all(out: Path, drafter: bool = True):
-    """(text encoder, target, drafter or None when ``drafter`` is False, VQ decoder) from a weights folder."""
-    from ..checkpoints import load_drafter, load_gpt
-    from ..text import load_text_encoder
-    from ..vq import VQDecoder
-
-    gpt = load_gpt(out / "target").eval()
-    drafter = load_drafter(out / "drafter", target=gpt).eval() if drafter else None
-    text = load_text_encoder(out / "text_encoder").eval()
-    vq = VQDecoder.from_pretrained(out / "vq", gpt.cfg.grid)
-    return text, gpt, drafter, vq
-
-
-def caption_of(text, prompt: str):
-    """The GPT's ``Caption`` for one prompt."""
-    from ..gpt import Caption
-
-    e = text.encode([prompt])
-    return Caption(e.emb[0], e.mask[0])
-
-
 @torch.no_grad()
 def top1_probabilities(gpt, cond, tokens: torch.Tensor, sampling) -> np.ndarray:
     """float [n]: top-1 probability of the target's (guided, filtered) distribution at each position of ``tokens``."""
-    from ..sampling import probs_from_logits
-
     n = tokens.numel()
     pre = gpt.prefill(cond, sampling.rows, n)
     logits, _ = gpt.forward(tokens[:-1], torch.arange(n - 1))
@@ -85,8 +71,6 @@ def top1_probabilities(gpt, cond, tokens: torch.Tensor, sampling) -> np.ndarray:
 
 def sample_grid(path: Path, rows: list[tuple[str, np.ndarray, list[np.ndarray]]], scale: int = 2) -> None:
     """rows: (prompt, real uint8 HxWx3, samples). One row per prompt: the real emoji, a gap, the samples."""
-    from PIL import Image, ImageDraw, ImageFont
-
     h = rows[0][1].shape[0] * scale
     label = 150
     n = max(len(s) for _, _, s in rows)
@@ -111,13 +95,6 @@ def _pairwise(feats: np.ndarray) -> float:
 def stage_card(out: Path, ds: emoji_data.StyledDataset, seed: int, s, log) -> dict:
     """Measure the model in ``out`` on ``ds`` (``emoji_data.StyledDataset``); writes metrics.json's "card"
     entry, ``samples.png`` and the model card."""
-    from ..bench.features import load as load_encoder
-    from ..engine import DecodeConfig, generate
-    from ..neighbors import build_neighbor_table
-    from ..sampling import SamplingConfig
-    from .recognition import measure_known
-    from .retrain import load_metrics, update_metrics
-
     t0 = time.time()
     text, gpt, drafter, vq = load_all(out)
     encoder = load_encoder(out / "eval")

@@ -51,17 +51,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..drafter import Drafter
+from ..emoji.self_samples import sample_tokens
+from ..sampling import SamplingConfig
 from . import precision
-from .train_gpt import _param_groups, lr_schedule
+from .optim import lr_schedule, param_groups
 
 DROP_P = 0.25
 REG_WEIGHT = 1.0
 CLS_WEIGHT = 0.1
 
 
-def make_drafter(gpt):
-    from ..drafter import Drafter
-
+def make_drafter(gpt) -> Drafter:
     d = Drafter(gpt.cfg.as_drafter(), lm_head=gpt.lm_head)
     with torch.no_grad():
         d.embed_tokens.weight.copy_(gpt.embed_tokens.weight)
@@ -115,7 +116,7 @@ def train_drafter(
     drafter = make_drafter(gpt)
     drafter.train()
     tr = torch.as_tensor(train_idx, dtype=torch.long)
-    opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(50, steps // 10))
     t0 = time.time()
     ema = None
@@ -179,8 +180,6 @@ def draw_self_samples(gpt, text, bank, train_idx: np.ndarray, n: int, seed: int,
     """``n`` samples of the target on the conditioning (``bank``) of random training rows, at the
     emoji preset's sampling settings. Returns (ids [n, N], cap_ids [n, L], cap_mask [n, L])."""
     from ..pipeline import EMOJI_SETTINGS
-    from ..sampling import SamplingConfig
-    from .self_samples import sample_tokens
 
     g = torch.Generator().manual_seed(seed + 2)
     tr = torch.as_tensor(train_idx, dtype=torch.long)

@@ -59,15 +59,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..emoji.data import TEMPLATE_WORDS
+from ..gpt import GPT, GPTConfig
+from ..text import ClassTextEncoder, WordTextEncoder, build_vocab
 from . import precision
+from .optim import lr_schedule, param_groups
+from .resume import Chunks, Paused, load_state, save_state
 
 TEXT_DIM = 128
 PREFIX = 16
 
 
 def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
-    from ..gpt import GPTConfig
-
     base = dict(vocab_size=vocab_size, dim=192, n_layer=6, n_head=6, ffn_hidden=512, cls_token_num=PREFIX,
                 caption_dim=caption_dim, grid=16, class_dropout_p=0.15)
     base.update(overrides)
@@ -75,8 +78,6 @@ def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
 
 
 def make_text_encoder(train_captions: list[str], dim: int = TEXT_DIM, max_length: int = PREFIX):
-    from ..text import WordTextEncoder, build_vocab
-
     vocab = build_vocab(train_captions)
     return WordTextEncoder(vocab, dim=dim, max_length=max_length, init_std=1.0 / math.sqrt(dim))
 
@@ -85,9 +86,6 @@ def make_class_encoder(names: list[list[str]], train_idx: np.ndarray, dim: int =
                        symbols: list[str] | None = None):
     """Class conditioning: class c is training item ``train_idx[c]``, matched by its names (and by its
     emoji character ``symbols[train_idx[c]]`` when given)."""
-    from ..text import ClassTextEncoder
-    from .emoji_data import TEMPLATE_WORDS
-
     return ClassTextEncoder([names[i] for i in train_idx], dim=dim, stop_words=TEMPLATE_WORDS,
                             init_std=1.0 / math.sqrt(dim),
                             symbols=None if symbols is None else [symbols[i] for i in train_idx])
@@ -192,23 +190,6 @@ def content_loss(head: torch.nn.Linear, emb: torch.Tensor, mask: torch.Tensor, t
     return -(hist * F.log_softmax(head(pooled), dim=-1)).sum(1).mean()
 
 
-def lr_schedule(step: int, steps: int, lr: float, warm: int, floor: float = 0.1) -> float:
-    if step < warm:
-        return lr * (step + 1) / warm
-    t = (step - warm) / max(1, steps - warm)
-    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
-
-
-def _param_groups(modules, wd: float):
-    decay, no_decay = [], []
-    for m in modules:
-        for n, p in m.named_parameters():
-            if not p.requires_grad:
-                continue
-            (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
-    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 @torch.no_grad()
 def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask: torch.Tensor, batch: int = 64) -> float:
     """Mean conditional per-token NLL (nats) of image tokens ``ids`` [N, T] given captions."""
@@ -258,9 +239,6 @@ def train_gpt(
     every ``save_every`` steps; ``resume`` continues from it; after ``time_limit`` seconds of
     this call the state is saved and ``resume.Paused`` raised.
     """
-    from ..gpt import GPT
-    from .resume import Chunks, Paused, load_state, save_state
-
     t_call = time.time()
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -276,7 +254,7 @@ def train_gpt(
         head = torch.nn.Linear(text.dim, vocab_size)  # content loss only, not saved
         background = int(torch.bincount(ids[tr].flatten(), minlength=vocab_size).argmax())
         modules.append(head)
-    opt = torch.optim.AdamW(_param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(200, steps // 10))
     settings = {"steps": steps, "batch": batch, "lr": lr, "wd": wd, "seed": seed, "input_noise": input_noise,
                 "content_weight": content_weight, "condition": condition, "items": len(train_idx),

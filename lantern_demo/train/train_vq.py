@@ -30,7 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from diffusers import VQModel
 
+from ..emoji.tokens import encode_ids, load_vq, to_tensor
+from ..neighbors import build_neighbor_table
 from . import precision
 
 VQ_CONFIG = dict(
@@ -52,18 +55,10 @@ VQ_CONFIG = dict(
 )
 
 
-def make_vq(**overrides):
-    from diffusers import VQModel
-
+def make_vq(**overrides) -> VQModel:
     cfg = dict(VQ_CONFIG)
     cfg.update(overrides)
     return VQModel(**cfg)
-
-
-def to_tensor(images_u8: np.ndarray) -> torch.Tensor:
-    """uint8 [N, H, W, 3] -> float [N, 3, H, W] in [-1, 1]."""
-    x = torch.from_numpy(np.ascontiguousarray(images_u8)).permute(0, 3, 1, 2).float()
-    return x / 127.5 - 1.0
 
 
 def to_uint8(x: torch.Tensor) -> np.ndarray:
@@ -81,53 +76,6 @@ def _decode_quant(vq, q: torch.Tensor, amp: bool) -> torch.Tensor:
     with precision.autocast(enabled=amp):
         dec = vq.decoder(vq.post_quant_conv(q))
     return dec.float()
-
-
-@torch.no_grad()
-def encode_ids(vq, images_u8: np.ndarray, batch: int = 64, background: int | None = None) -> torch.Tensor:
-    """Token ids [N, h, w] (raster order) of uint8 images, in float32.
-
-    With ``background`` set, every pure-background patch (see :func:`background_patches`)
-    gets that one code instead of the encoder's choice (the background rule).
-    """
-    vq.eval()
-    out = []
-    for i in range(0, len(images_u8), batch):
-        x = to_tensor(images_u8[i : i + batch])
-        h = vq.quant_conv(vq.encoder(x))
-        _, _, (_, _, idx) = vq.quantize(h)
-        out.append(idx.view(h.shape[0], h.shape[2], h.shape[3]))
-    ids = torch.cat(out)
-    if background is not None:
-        ids[background_patches(images_u8, ids.shape[1])] = background
-    return ids
-
-
-BACKGROUND_MIN = 254  # a patch is background when all its pixels are at least this white
-
-
-def background_patches(images_u8: np.ndarray, grid: int) -> torch.Tensor:
-    """bool [N, grid, grid]: token patches whose pixels are all (nearly) pure white.
-
-    Why a rule: this VQ's encoder sees beyond its patch (3x3 convolutions and a
-    mid-block attention), so the white background of the emojis came out as 171
-    different codes (37 even for an all-white image), which the GPT can only
-    guess. Snapping them to one code cost 0.8 dB of held-out PSNR and makes half
-    of every image predictable; the look-alike codes stay in the codebook and
-    keep occurring at stroke edges and in flat colours.
-    """
-    n, size = len(images_u8), images_u8.shape[1]
-    f = size // grid
-    patches = images_u8.reshape(n, grid, f, grid, f, -1).min(axis=(2, 4, 5))
-    return torch.from_numpy(patches >= BACKGROUND_MIN)
-
-
-def background_code(ids: torch.Tensor, background: torch.Tensor) -> int:
-    """The code the encoder most often gives pure-background patches.
-
-    ids: the encoder's codes [N, h, w]; background: :func:`background_patches` of the same images.
-    """
-    return int(ids[background].mode().values)
 
 
 @torch.no_grad()
@@ -290,19 +238,9 @@ def train_vq(
 def neighbour_distances(path: str | Path, ks: tuple[int, ...] = (1, 16, 64, 128, 256)) -> dict[str, list[float]]:
     """{k: [10%, 50%, 90%] quantiles over codes of the distance to the k-th nearest code} of a saved VQ's
     codebook (the LANTERN neighbour table's reach: how far apart the codes it treats as look-alikes are)."""
-    from ..neighbors import build_neighbor_table
-
     cb = load_vq(path).quantize.embedding.weight.detach().float()
     ks = tuple(k for k in ks if k < len(cb))
     nb = build_neighbor_table(cb, max(ks))
     d = (cb[nb] - cb[:, None]).norm(dim=-1)
     q = torch.tensor([0.1, 0.5, 0.9])
     return {str(k): [round(float(x), 3) for x in d[:, k - 1].quantile(q)] for k in ks}
-
-
-def load_vq(path: str | Path):
-    from diffusers import VQModel
-
-    vq = VQModel.from_pretrained(str(path))
-    vq.eval()
-    return vq
