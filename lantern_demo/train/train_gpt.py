@@ -205,39 +205,73 @@ def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask:
     return tot / max(1, cnt)
 
 
-def train_gpt(
-    ids: torch.Tensor,
-    captions: list[list[str]],
-    train_idx: np.ndarray,
-    heldout_idx: np.ndarray,
-    vocab_size: int,
-    steps: int = 3000,
-    batch: int = 32,
-    lr: float = 1.5e-3,
-    wd: float = 0.05,
-    seed: int = 0,
-    log=print,
-    config_overrides: dict | None = None,
-    eval_batch: int = 64,
-    input_noise: float = 0.0,
-    content_weight: float = 0.0,
-    condition: str = "caption",
-    names: list[list[str]] | None = None,
-    state_path: Path | None = None,
-    resume: bool = False,
-    time_limit: float | None = None,
-    save_every: int = 200,
-    row_class: np.ndarray | None = None,
-    symbols: list[str] | None = None,
-):
+def _draw_batch(tr: torch.Tensor, ids: torch.Tensor, bank, batch: int, dropout: float, input_noise: float,
+                vocab_size: int, g: torch.Generator):
+    """One step's (cap_ids, cap_mask, drop [B] bool, noisy inputs [B, N], clean tokens [B, N]), drawn from ``g``."""
+    items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
+    cap_ids, cap_mask = bank.sample(items, g)
+    drop = torch.rand(batch, generator=g) < dropout
+    tokens = ids[items]
+    return cap_ids, cap_mask, drop, corrupt_inputs(tokens, input_noise, vocab_size, g), tokens
+
+
+def _restore(state_path: Path, settings: dict, modules: list, opt, g: torch.Generator, steps: int, log):
+    """Load a saved training state into ``modules``, ``opt``, ``g`` and torch's RNG; returns (step, ema, chunks)."""
+    st = load_state(state_path, settings)
+    for m, sd in zip(modules, st["modules"]):
+        m.load_state_dict(sd)
+    opt.load_state_dict(st["optimizer"])
+    g.set_state(st["generator"])
+    torch.set_rng_state(st["torch_rng"])
+    chunks = Chunks(done=st["chunks"], start_step=st["step"])
+    log(f"gpt: resumed at step {st['step']}/{steps} ({len(chunks.done)} chunk(s) before, "
+        f"{chunks.seconds:.0f}s of training so far)")
+    return st["step"], st["ema"], chunks
+
+
+def _final_metrics(gpt, text, bank, ids: torch.Tensor, train_idx: np.ndarray, heldout_idx: np.ndarray,
+                   settings: dict, chunks: list[dict], ema: float, aux, eval_batch: int, log) -> dict:
+    """The trained GPT's record: settings, time, sizes, config, final losses and held-out / training NLL."""
+    gpt.eval()
+    text.eval()
+    he = torch.as_tensor(heldout_idx, dtype=torch.long)
+    rng = np.random.default_rng(settings["seed"])
+    sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
+    cfg = gpt.cfg
+    metrics = {
+        **{k: settings[k] for k in ("steps", "batch", "lr", "input_noise", "content_weight", "condition")},
+        "train_seconds": round(sum(c["seconds"] for c in chunks), 1),
+        "chunks": chunks,
+        "params_gpt": sum(p.numel() for p in gpt.parameters()),
+        "params_text_encoder": sum(p.numel() for p in text.parameters()),
+        "text_vocab": len(getattr(text, "vocab", getattr(text, "known", ()))),
+        "classes": len(getattr(text, "names", ())) or None,
+        "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
+                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p",
+                                                   "prefix_rope")},
+        "final_train_loss_ema": ema,
+        "final_content_loss": None if aux is None else aux.item(),
+    }
+    if len(he):
+        metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
+    metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
+    log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
+    return metrics
+
+
+def train_gpt(ids: torch.Tensor, captions: list[list[str]], train_idx: np.ndarray, heldout_idx: np.ndarray,
+              vocab_size: int, steps: int = 3000, batch: int = 32, lr: float = 1.5e-3, wd: float = 0.05, seed: int = 0,
+              log=print, config_overrides: dict | None = None, eval_batch: int = 64, input_noise: float = 0.0,
+              content_weight: float = 0.0, condition: str = "caption", names: list[list[str]] | None = None,
+              state_path: Path | None = None, resume: bool = False, time_limit: float | None = None,
+              save_every: int = 200, row_class: np.ndarray | None = None, symbols: list[str] | None = None):
     """Returns (gpt, text_encoder, metrics).
 
     ids [N_items, T] image codes; ``input_noise``: see :func:`corrupt_inputs`; ``content_weight``:
     weight of :func:`content_loss` (the background code is the most frequent training code);
     ``condition``: see :func:`make_conditioning` (``names``: every item's names, for "class").
-    Resumable (``lantern_demo.train.resume``): with ``state_path`` the full state is saved there
-    every ``save_every`` steps; ``resume`` continues from it; after ``time_limit`` seconds of
-    this call the state is saved and ``resume.Paused`` raised.
+    Resumable (``resume``): the full state goes to ``state_path`` every ``save_every`` steps, and after
+    ``time_limit`` seconds of this call, which then raises ``resume.Paused``; ``resume`` continues from it.
     """
     t_call = time.time()
     torch.manual_seed(seed)
@@ -261,16 +295,7 @@ def train_gpt(
                 "overrides": {k: v for k, v in sorted(overrides.items())}}
     start, ema, chunks = 0, None, Chunks()
     if resume and state_path is not None:
-        st = load_state(state_path, settings)
-        for m, sd in zip(modules, st["modules"]):
-            m.load_state_dict(sd)
-        opt.load_state_dict(st["optimizer"])
-        g.set_state(st["generator"])
-        torch.set_rng_state(st["torch_rng"])
-        start, ema = st["step"], st["ema"]
-        chunks = Chunks(done=st["chunks"], start_step=start)
-        log(f"gpt: resumed at step {start}/{steps} ({len(chunks.done)} chunk(s) before, "
-            f"{chunks.seconds:.0f}s of training so far)")
+        start, ema, chunks = _restore(state_path, settings, modules, opt, g, steps, log)
 
     def save(step: int) -> None:
         if state_path is not None:
@@ -288,11 +313,8 @@ def train_gpt(
             raise Paused("gpt", step, steps, state_path)
         for gr in opt.param_groups:
             gr["lr"] = lr_schedule(step, steps, lr, warm)
-        items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
-        cap_ids, cap_mask = bank.sample(items, g)
-        drop = torch.rand(batch, generator=g) < cfg.class_dropout_p
-        tokens = ids[items]
-        inputs = corrupt_inputs(tokens, input_noise, vocab_size, g)
+        cap_ids, cap_mask, drop, inputs, tokens = _draw_batch(tr, ids, bank, batch, cfg.class_dropout_p,
+                                                              input_noise, vocab_size, g)
         with sdpa_kernel(SDPBackend.MATH):
             with precision.autocast():
                 emb = text(cap_ids)
@@ -314,33 +336,6 @@ def train_gpt(
         if (step + 1) % save_every == 0 and step + 1 < steps:
             save(step + 1)
     save(steps)
-    gpt.eval()
-    text.eval()
-    he = torch.as_tensor(heldout_idx, dtype=torch.long)
-    rng = np.random.default_rng(seed)
-    sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
-    done = chunks.close(steps)
-    metrics = {
-        "steps": steps,
-        "batch": batch,
-        "lr": lr,
-        "input_noise": input_noise,
-        "content_weight": content_weight,
-        "condition": condition,
-        "train_seconds": round(sum(c["seconds"] for c in done), 1),
-        "chunks": done,
-        "params_gpt": sum(p.numel() for p in gpt.parameters()),
-        "params_text_encoder": sum(p.numel() for p in text.parameters()),
-        "text_vocab": len(getattr(text, "vocab", getattr(text, "known", ()))),
-        "classes": len(getattr(text, "names", ())) or None,
-        "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
-                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p",
-                                                   "prefix_rope")},
-        "final_train_loss_ema": ema,
-        "final_content_loss": None if aux is None else aux.item(),
-    }
-    if len(he):
-        metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
-    metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
-    log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
+    metrics = _final_metrics(gpt, text, bank, ids, train_idx, heldout_idx, settings, chunks.close(steps), ema, aux,
+                             eval_batch, log)
     return gpt, text, metrics

@@ -132,23 +132,33 @@ def quantise_l2(z: torch.Tensor, codebook: torch.Tensor, beta: float = 0.25):
     return q.view(b, h, w, d).permute(0, 3, 1, 2), loss, ids
 
 
-def train_vq(
-    images_u8: np.ndarray,
-    heldout_u8: np.ndarray | None,
-    out_dir: str | Path | None,
-    steps: int = 3000,
-    batch: int = 32,
-    lr: float = 1e-3,
-    seed: int = 0,
-    restart_every: int = 100,
-    crop: int = 32,
-    crop_fraction: float = 0.75,
-    full_batch: int = 16,
-    amp: bool = True,
-    log=print,
-    config_overrides: dict | None = None,
-    l2_codes: bool = True,
-):
+def _batch(data: torch.Tensor, step: int, crop_steps: int, batch: int, full_batch: int, crop: int, f: int,
+           g: torch.Generator) -> torch.Tensor:
+    """One step's images [B, 3, h, w] from ``data`` [N, 3, H, W]: during the first ``crop_steps`` steps,
+    ``batch`` random crops of side ``crop`` at token-aligned offsets (multiples of ``f``; 4x cheaper per
+    sample), then ``full_batch`` whole images (GroupNorm and attention see the real statistics)."""
+    n = len(data)
+    if step >= crop_steps:
+        return data[torch.randint(0, n, (full_batch,), generator=g)]
+    idx = torch.randint(0, n, (batch,), generator=g)
+    span = (data.shape[-1] - crop) // f + 1
+    oy = torch.randint(0, span, (batch,), generator=g) * f
+    ox = torch.randint(0, span, (batch,), generator=g) * f
+    return torch.stack([data[i, :, y : y + crop, x : x + crop] for i, y, x in zip(idx.tolist(), oy.tolist(), ox.tolist())])
+
+
+@torch.no_grad()
+def _reseed(codebook: torch.Tensor, rows: torch.Tensor, z: torch.Tensor, g: torch.Generator) -> None:
+    """Codebook ``rows`` := random encoder outputs of ``z`` [B, D, h, w] plus a little noise."""
+    flat = z.detach().permute(0, 2, 3, 1).reshape(-1, z.shape[1])
+    pick = torch.randint(0, flat.shape[0], (len(rows),), generator=g)
+    codebook.data[rows] = flat[pick] + 0.01 * torch.randn(len(rows), flat.shape[1], generator=g)
+
+
+def train_vq(images_u8: np.ndarray, heldout_u8: np.ndarray | None, out_dir: str | Path | None, steps: int = 3000,
+             batch: int = 32, lr: float = 1e-3, seed: int = 0, restart_every: int = 100, crop: int = 32,
+             crop_fraction: float = 0.75, full_batch: int = 16, amp: bool = True, log=print,
+             config_overrides: dict | None = None, l2_codes: bool = True):
     """Train and (if ``out_dir``) save with ``save_pretrained`` (safetensors). Returns (vq, metrics).
 
     images_u8 uint8 [N, H, W, 3]. ``l2_codes``: LlamaGen's code design (:func:`quantise_l2`; the saved
@@ -158,7 +168,6 @@ def train_vq(
     g = torch.Generator().manual_seed(seed)
     vq = make_vq(**(config_overrides or {}))
     K = vq.config.num_vq_embeddings
-    n = len(images_u8)
     data = to_tensor(images_u8)
     opt = torch.optim.AdamW(vq.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     warm = max(1, min(100, steps // 10))
@@ -174,25 +183,14 @@ def train_vq(
     restarts = 0
     vq.train()
     crop_steps = int(steps * crop_fraction) if crop and crop < data.shape[-1] else 0
+    f = 2 ** (len(vq.config.block_out_channels) - 1)  # pixels per token
     for step in range(steps):
-        if step < crop_steps:  # random crops at token-aligned offsets (4x cheaper per sample)
-            idx = torch.randint(0, n, (batch,), generator=g)
-            f = 2 ** (len(vq.config.block_out_channels) - 1)
-            span = (data.shape[-1] - crop) // f + 1
-            oy = torch.randint(0, span, (batch,), generator=g) * f
-            ox = torch.randint(0, span, (batch,), generator=g) * f
-            x = torch.stack([data[i, :, y : y + crop, x0 : x0 + crop] for i, y, x0 in zip(idx.tolist(), oy.tolist(), ox.tolist())])
-        else:  # full images at the end: GroupNorm and attention see the real statistics
-            idx = torch.randint(0, n, (full_batch,), generator=g)
-            x = data[idx]
+        x = _batch(data, step, crop_steps, batch, full_batch, crop, f, g)
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step)
         z = _encode_latent(vq, x, amp)
         if step == 0:  # codebook init from encoder outputs
-            with torch.no_grad():
-                flat = z.permute(0, 2, 3, 1).reshape(-1, z.shape[1])
-                pick = torch.randint(0, flat.shape[0], (K,), generator=g)
-                codebook.data.copy_(flat[pick] + 0.01 * torch.randn(K, flat.shape[1], generator=g))
+            _reseed(codebook, torch.arange(K), z, g)
         if l2_codes:
             q, qloss, ids = quantise_l2(z, codebook)
         else:
@@ -208,30 +206,26 @@ def train_vq(
         if (step + 1) % restart_every == 0 and step + 1 < int(steps * 0.9):
             dead = (usage == 0).nonzero().flatten()
             if len(dead):
-                with torch.no_grad():
-                    flat = z.detach().permute(0, 2, 3, 1).reshape(-1, z.shape[1])
-                    pick = torch.randint(0, flat.shape[0], (len(dead),), generator=g)
-                    codebook.data[dead] = flat[pick] + 0.01 * torch.randn(len(dead), flat.shape[1], generator=g)
+                _reseed(codebook, dead, z, g)
                 restarts += len(dead)
             usage.zero_()
         if step % 100 == 0 or step == steps - 1:
             with torch.no_grad():
                 p = 10 * torch.log10(4.0 / F.mse_loss(rec.clamp(-1, 1), x)).item()
-            log(
-                f"vq step {step}/{steps} loss {loss.item():.4f} l1 {l1.item():.4f} q {qloss.item():.4f} "
-                f"psnr(batch) {p:.2f} restarts {restarts} {time.time() - t0:.0f}s"
-            )
+            log(f"vq step {step}/{steps} loss {loss.item():.4f} l1 {l1.item():.4f} q {qloss.item():.4f} "
+                f"psnr(batch) {p:.2f} restarts {restarts} {time.time() - t0:.0f}s")
     vq.eval()
     if l2_codes:
         with torch.no_grad():
             codebook.data.copy_(F.normalize(codebook.data, dim=-1))
-    metrics = {"steps": steps, "l2_codes": l2_codes, "codebook_size": K, "crop_steps": crop_steps, "crop": crop, "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1), "dead_code_restarts": restarts}
+    metrics = {"steps": steps, "l2_codes": l2_codes, "codebook_size": K, "crop_steps": crop_steps, "crop": crop,
+               "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1),
+               "dead_code_restarts": restarts}
     if heldout_u8 is not None and len(heldout_u8):
         metrics["heldout"] = evaluate(vq, heldout_u8)
         log(f"vq held-out: {metrics['heldout']}")
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        vq.save_pretrained(out_dir, safe_serialization=True)
+        vq.save_pretrained(Path(out_dir), safe_serialization=True)
     return vq, metrics
 
 
