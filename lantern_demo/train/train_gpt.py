@@ -1,51 +1,26 @@
-"""Train the tiny emoji GPT (LlamaGen architecture) jointly with its conditioning.
+"""Train the emoji GPT (LlamaGen architecture) jointly with its conditioning.
 
-Model: ``lantern_demo.gpt.GPT`` at ``gpt_config()`` (dim 192, 6 layers, 6 heads,
-SwiGLU 512, about 3.1M parameters, vocab = the VQ codebook, 16x16 image tokens).
-Conditioning (``condition``, :func:`make_conditioning`):
+Model: ``lantern_demo.gpt.GPT`` at :func:`gpt_config` (vocab = the VQ codebook, 16x16 image
+tokens; the retraining's sizes are in ``retrain.Settings``). Conditioning (``condition``,
+:func:`make_conditioning`):
 
-- ``"class"`` (the embedded default since v2): LlamaGen's class-to-image form. Every
-  training emoji is a class with one learned embedding, the GPT's one-entry prefix
-  (``cls_token_num`` 1); ``lantern_demo.text.ClassTextEncoder`` maps any prompt to the
-  class whose names share its words (:class:`ClassBank`). With the v1 word encoder
-  below, 12 of 128 training captions' samples were recognised (chance 4): each caption
-  has one image, too little for this GPT to learn what the words mean.
-- ``"caption"``: ``lantern_demo.text.WordTextEncoder`` over the words of the training
-  captions, 16 prefix positions, a random phrasing per image per step (:class:`CaptionBank`).
+- ``"class"`` (the embedded model's): LlamaGen's class-to-image form. Every training emoji is a
+  class with one learned embedding, the GPT's one-entry prefix; ``text.ClassTextEncoder`` maps a
+  prompt to the class whose names share its words (:class:`ClassBank`).
+- ``"caption"``: ``text.WordTextEncoder`` over the words of the training captions, 16 prefix
+  positions, a random phrasing per image per step (:class:`CaptionBank`).
 
-Six layers, not four: on a CPU a
-pass costs mostly per-layer operator overhead, so the one-layer drafter is cheap only next to a
-deeper target. Measured against 4 layers (same data, steps and drafter recipe; the model card has
-the details): LANTERN's default went from 1.30x to 1.48x over AR (1.63x with the app's k 128),
-held-out NLL from 1.44 to 1.35 nats, while AR got about 1.6x slower per image.
+Training: teacher-forced next-token cross-entropy on image tokens [B, 256]
+(``GPT.forward_train``). The condition is dropped with probability 0.15 (the row then uses
+``uncond_embedding``) so that classifier-free guidance works. Optional input noise
+(:func:`corrupt_inputs`): the model cannot read the emoji off a clean prefix alone and learns to
+continue after a wrong token. Optional content loss (:func:`content_loss`): every word embedding
+gets a direct gradient from its image. AdamW with warm-up and cosine (``optim``), bfloat16
+autocast where the CPU runs it natively (``precision``), resumable in time-limited chunks
+(``resume``). Attention runs on PyTorch's "math" SDPA backend while training: with a caption key
+mask the CPU flash kernel was about 2x slower per step at these sizes.
 
-Training: teacher-forced next-token cross-entropy on VQ tokens of the training
-emojis (``GPT.forward_train``); condition dropout 0.15 (the row then uses ``uncond_embedding``) so that
-classifier-free guidance works. Input-token noise (``input_noise``): each
-*input* token is replaced by a uniformly random code with that probability,
-the targets stay clean (:func:`corrupt_inputs`). The model can then no longer
-read which emoji it is drawing off the clean image prefix alone and leans on
-the caption, and it learns to continue after a wrong token, as it must when
-sampling. Content loss (``content_weight``, :func:`content_loss`): a linear
-head reads the caption's mean word embedding and is trained to predict which
-codes the image uses; it gives every word embedding a direct gradient from its
-image at every step instead of only through the few tokens where the GPT
-decides which emoji to draw. The head is used in training only.
-Measured on the 4-layer v1 GPT with the word encoder: the drafter agrees with the
-target more often (0.786 against 0.711) and LANTERN's default went from 1.09x
-to 1.30x over AR; samples on training captions are recognised a little more
-often (of 128, given no real rows: 11 -> 11 and 12 -> 19 on two caption sets;
-given 3 or 5 real rows: 18 -> 27, 34 -> 46); held-out NLL rose from 1.23 to
-1.44 nats (the model leans less on the clean prefix).
-
-The v2 run (``retrain.Settings``): class conditioning on the curated set (640
-training emojis), 4000 steps (about 100 exposures per emoji), input noise 0.05,
-content loss off.
-
-AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32
-master weights). Attention is forced onto PyTorch's "math" SDPA backend
-while training: with a caption key mask, the CPU flash kernel was about 2x
-slower per step at these sizes (measured).
+What was measured to choose these settings: ``docs/training.md``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,23 @@
 """Train the emoji VQ tokenizer: a ``diffusers.VQModel`` with 16x16 tokens per 64 px image.
 
-Architecture (``VQ_CONFIG``): 3 encoder levels (32, 64, 128 channels) -> 4x
-downsample, 1 res block per level (2 in the decoder, diffusers' rule), a
-mid block with attention at 16x16, latent 64 channels, ``quant_conv`` to an
-8-dim code space, a codebook of 1024 entries (plain L2 nearest neighbour,
-exactly ``diffusers``' ``VectorQuantizer``, so ``VQModel.encode`` + ``quantize``
-and ``decode(ids, force_not_quantize=True, shape=(B, 16, 16, 8))`` reproduce
-training).
+Architecture (``VQ_CONFIG``): 3 encoder levels (32, 64, 128 channels) -> 4x downsample, 1 res
+block per level (2 in the decoder, diffusers' rule), a mid block with attention at 16x16, latent
+64 channels, ``quant_conv`` to an 8-dim code space; the codebook size is an override
+(``retrain.Settings.vq_codes``). Codes (``l2_codes``, the default): LlamaGen's design, the nearest
+code by cosine with latents and codes L2-normalised (:func:`quantise_l2`). The codebook is saved
+row-normalised, so diffusers' plain L2 lookup (``VQModel.encode`` + ``quantize``) picks the same ids
+and ``decode(ids, force_not_quantize=True, shape=(B, 16, 16, 8))`` reproduces training.
 
-Training: the first ``crop_fraction`` of the steps see random 32x32 crops at
-token-aligned offsets (a quarter of the compute per sample; the network is
-convolutional), the rest whole 64x64 images, so that GroupNorm statistics and
-the mid-block attention are tuned on the real input size.
+Training: the first ``crop_fraction`` of the steps see random 32x32 crops at token-aligned
+offsets (a quarter of the compute per sample; the network is convolutional), the rest whole
+64x64 images, so that GroupNorm statistics and the mid-block attention are tuned on the real
+input size.
 
-Loss: L1 + L2 on pixels in [-1, 1] plus the quantizer's codebook/commitment loss
-(beta 0.25). The codebook is initialised from encoder outputs and dead codes
-(unused during the last ``restart_every`` steps) are re-seeded from random
-encoder outputs of the current batch, which keeps usage near the full codebook.
-Convolutions run under bfloat16 autocast (1.6x faster on this CPU); the nearest
-code search and the losses stay in float32.
+Loss: L1 + L2 on pixels in [-1, 1] plus the quantizer's codebook/commitment loss (beta 0.25).
+The codebook is initialised from encoder outputs and dead codes (unused during the last
+``restart_every`` steps) are re-seeded from random encoder outputs of the current batch, which
+keeps usage near the full codebook. Convolutions run under bfloat16 autocast where the CPU runs it
+natively (``precision``); the nearest code search and the losses stay in float32.
 """
 
 from __future__ import annotations
