@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not args.train:
         model = load(args.out)
-        print("no encoder at", args.out if model is None else json.dumps(model.report))
+        print(f"no encoder at {args.out}" if model is None else json.dumps(model.report))
         return
     if args.held_style:
         data = styled_set(args.data or default_cache(), args.held_style)
