@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from lantern_demo.bench import metrics
-from lantern_demo.bench.features import EvalEncoder, load as load_encoder, save as save_encoder
+from lantern_demo.emoji.features import EvalEncoder, load as load_encoder, save as save_encoder
 from lantern_demo.bench.paired import paired_ratio
 from lantern_demo.pipeline import load_pipeline
 from lantern_demo.sampling import SamplingConfig, probs_from_logits

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lantern_demo.train import emoji_styles
+from lantern_demo.emoji import styles as emoji_styles
 
 pytest.importorskip("resvg_py")
 
@@ -109,7 +109,7 @@ def test_quantise_l2_picks_the_codes_diffusers_lookup_picks_once_the_codebook_is
 
 
 def test_smoke_styled_dataset_needs_no_registry_and_is_seeded(tmp_path):
-    from lantern_demo.train import emoji_data
+    from lantern_demo.emoji import data as emoji_data
 
     a, dropped = emoji_data.load_or_build_styled(tmp_path, smoke=True, log=lambda m: None)
     b, _ = emoji_data.build_styled(emoji_data.Sources.smoke(), budget=len(emoji_data.REQUIRED), log=lambda m: None)
@@ -123,8 +123,8 @@ def test_smoke_styled_dataset_needs_no_registry_and_is_seeded(tmp_path):
 
 
 def test_eval_encoder_training_set_holds_one_style_out(tmp_path):
-    from lantern_demo.bench import features
-    from lantern_demo.train import emoji_data
+    from lantern_demo.emoji import features
+    from lantern_demo.emoji import data as emoji_data
 
     data = features.styled_set(tmp_path, "noto", smoke=True)
     ds, _ = emoji_data.load_or_build_styled(tmp_path, smoke=True)
@@ -140,7 +140,7 @@ def test_eval_encoder_training_set_holds_one_style_out(tmp_path):
 
 
 def test_smoke_sources_keep_only_the_required_emojis_in_every_style(tmp_path):
-    from lantern_demo.train import emoji_data
+    from lantern_demo.emoji import data as emoji_data
 
     extra = emoji_data.Sources.smoke()
     extra.svgs["noto"]["1f436"] = "<svg/>"  # a dog: not required, so not written

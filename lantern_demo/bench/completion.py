@@ -16,7 +16,7 @@ half the image given).
 
 Prompts: training captions by default (``--split heldout`` for unseen emojis),
 chosen like the benchmark's (``bench.run.prompt_set``). Samples are drawn in
-batches (``train.self_samples.sample_batch``), so 128 prompts and five values of
+batches (``emoji.self_samples.sample_batch``), so 128 prompts and five values of
 r take about a minute on two CPU cores.
 """
 
@@ -30,8 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..emoji.features import load as load_encoder
+from ..emoji.records import load_metrics
+from ..emoji.self_samples import sample_tokens
+from ..emoji.tokens import encode_ids, load_vq
+from ..pipeline import EMOJI_SETTINGS, load_pipeline
 from ..sampling import SamplingConfig
 from . import metrics
+from .run import prompt_set
 
 GROUP = 32  # prompts per retrieval group (the benchmark's --num-prompts 32 for recognisability)
 
@@ -50,11 +56,7 @@ def real_tokens(pipe, images: np.ndarray, background: int | None) -> torch.Tenso
 
     Encoding needs the whole ``diffusers.VQModel`` (the pipeline holds only its decoder),
     read again from the preset's ``vq`` weights."""
-    from diffusers import VQModel
-
-    from ..train.train_vq import encode_ids
-
-    vq = VQModel.from_pretrained(str(pipe.preset.fetch("vq"))).to(pipe.device)
+    vq = load_vq(pipe.preset.fetch("vq")).to(pipe.device)
     with torch.no_grad():
         return encode_ids(vq, images, background=background).reshape(len(images), -1)
 
@@ -75,8 +77,6 @@ def measure(pipe, ds, idx: np.ndarray, prompts: list[str], encoder, rows: list[i
         "real_tokens_decoded": grouped_retrieval(encoder.embed_images(pipe.vq.decode(real).numpy()), text_feats),
         "rows": [],
     }
-    from ..train.self_samples import sample_tokens
-
     for r in rows:
         t0 = time.time()
         n0 = r * grid
@@ -94,8 +94,6 @@ def measure(pipe, ds, idx: np.ndarray, prompts: list[str], encoder, rows: list[i
 
 def _background_code(model_dir: Path) -> int | None:
     """The background rule's code of a model we trained (its training metrics), if recorded."""
-    from ..train.retrain import load_metrics
-
     return load_metrics(model_dir).get("tokens", {}).get("background_code")
 
 
@@ -108,10 +106,6 @@ def table(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..pipeline import EMOJI_SETTINGS, load_pipeline
-    from .features import load as load_encoder
-    from .run import prompt_set
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="0,3,5,7,9", help="comma list of prefix rows r (0..grid)")
     ap.add_argument("--num-prompts", type=int, default=128)
@@ -132,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--rows must lie in 0..{pipe.target.cfg.grid}")
     encoder = load_encoder()
     if encoder is None:
-        raise SystemExit("no eval encoder in assets/eval (python -m lantern_demo.bench.features --train)")
+        raise SystemExit("no eval encoder in assets/eval (python -m lantern_demo.emoji.features --train)")
     prompts, idx, ds, desc = prompt_set("emoji", a.num_prompts, a.seed, None, a.data, split=a.split)
     sampling = SamplingConfig(cfg_scale=a.cfg_scale, temperature=a.temperature, top_k=a.top_k)
     print(f"{desc}; sampling {sampling}", flush=True)

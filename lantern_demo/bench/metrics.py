@@ -72,7 +72,7 @@ def sequence_nll(target, caption: Any, tokens: Tensor, sampling: SamplingConfig)
 
 def frechet_distance(x: np.ndarray, y: np.ndarray) -> float:
     """||mu_x - mu_y||^2 + Tr(S_x + S_y - 2 (S_x S_y)^(1/2)) for features [N, D], [M, D]."""
-    from scipy import linalg
+    from scipy import linalg  # requirements-dev.txt only: the rest of the benchmark runs without it
 
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if len(x) < 2 or len(y) < 2:

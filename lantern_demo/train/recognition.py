@@ -3,17 +3,16 @@
 For ``n`` training emojis (a seeded draw) the prompt "an emoji of <main name>" is
 sampled by AR in batches (``self_samples.sample_tokens``) at the emoji preset's
 CFG scale, temperature and top-k, and once more greedily. Our evaluation encoder
-(``lantern_demo.bench.features``, trained on real images only) embeds every
+(``lantern_demo.emoji.features``, trained on real images only) embeds every
 decoded sample and every prompt; the draw is cut into consecutive groups of
 ``group`` prompts, and a sample is *recognised* when its own prompt is the most
 similar (cosine) within its group. Chance is ``n / group`` recognised.
 
 Two draws (``DRAWS``): ``full`` takes the 128 emojis from the training split of the whole
-rendered dataset, as the measure did before the dataset was curated (the issue's gate
-is judged there: skin-tone, flag and gender variants among them are asked for by their
-full names); ``curated`` takes them from the curated set the model is trained on, whose
-look-alikes are fewer but whose real images the evaluation encoder itself recognises
-less often (its ceiling, ``real_images``, is reported with every number).
+OpenMoji set (skin-tone, flag and gender variants among them, asked for by their full names);
+``curated`` takes them from the curated set (``data.curate``), whose look-alikes are fewer but
+whose real images the evaluation encoder itself recognises less often (its ceiling,
+``real_images``, is reported with every number).
 
 For a class-conditional model (``text.ClassTextEncoder``) a second ceiling,
 ``class_ceiling``, answers every prompt with the real image of the class the prompt
@@ -33,6 +32,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from ..emoji import styles as emoji_styles
+from ..emoji.data import curate, load_dataset
+from ..emoji.features import load as load_encoder
+from ..emoji.self_samples import sample_tokens
+from ..engine import generate
+from ..sampling import SamplingConfig
+from ..text import ClassTextEncoder
+from .weights import caption_of, load_all
 
 N_PROMPTS = 128
 GROUP = 32
@@ -69,8 +77,6 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
     own score (the encoder's ceiling) in the same groups. ``class_images`` [C, H, W, 3] uint8, the real
     image of each class of a ``ClassTextEncoder`` ``text``, adds ``class_ceiling`` (module docstring)."""
     from ..pipeline import EMOJI_SETTINGS
-    from ..sampling import SamplingConfig
-    from .self_samples import sample_tokens
 
     tr = ds.indices("train")
     idx = np.random.default_rng(seed).choice(tr, size=min(n, len(tr)), replace=False)
@@ -101,9 +107,6 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
 def measure_draws(gpt, text, vq, full_ds, encoder, n: int = N_PROMPTS, log=print) -> dict[str, dict]:
     """``measure`` on each of ``DRAWS``: {"full": ..., "curated": ...}; ``full_ds`` is the uncurated dataset.
     A class model's classes are the curated set's training emojis, in order (``train_gpt.make_class_encoder``)."""
-    from ..text import ClassTextEncoder
-    from .emoji_data import curate
-
     sets = {"full": full_ds, "curated": curate(full_ds)[0]}
     curated = sets["curated"]
     class_images = curated.images[curated.indices("train")] if isinstance(text, ClassTextEncoder) else None
@@ -124,12 +127,7 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
     sampling, and greedily; ``relaxed`` (a ``DecodeConfig``, optional, with the drafter and neighbour
     table as ``(config, drafter, neighbors)``) adds a row decoded by that setting, prompt by prompt.
     """
-    from ..engine import generate
     from ..pipeline import EMOJI_SETTINGS
-    from ..sampling import SamplingConfig
-    from . import emoji_styles
-    from .card import caption_of
-    from .self_samples import sample_tokens
 
     h = emoji_styles.STYLE_NAMES.index(held_style)
     rows = np.nonzero(ds.style == h)[0]
@@ -159,10 +157,6 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
 
 
 def main(argv=None) -> None:
-    from ..bench.features import load as load_encoder
-    from ..bench.features import load_dataset
-    from .card import load_all
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--weights", default="assets/emoji", help="a folder in the emoji preset's layout")
     ap.add_argument("--data", default=None, help="dataset folder (default: the benchmark's)")

@@ -5,7 +5,7 @@ Output layout (what ``lantern_demo.pipeline`` loads for the ``emoji`` preset):
 ``target/`` (``checkpoints.save_gpt``), ``drafter/`` (``checkpoints.save_drafter``),
 ``metrics.json`` (every stage's measurements), ``ATTRIBUTION.md``, ``samples.png`` and ``README.md``.
 
-Data (``emoji_data.build_styled``): every kept emoji in every style that draws it, each rendition
+Data (``emoji.data.build_styled``): every kept emoji in every style that draws it, each rendition
 with ``Settings.variants`` scale/shift variants. Rows of the token table are renditions x variants;
 a row's class is its emoji, so one prompt names several pictures.
 """
@@ -13,7 +13,6 @@ a row's class is its emoji, so one prompt names several pictures.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -21,7 +20,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import emoji_data, emoji_styles, precision
+from ..checkpoints import load_gpt, save_drafter, save_gpt
+from ..emoji import data as emoji_data
+from ..emoji import features
+from ..emoji import styles as emoji_styles
+from ..emoji.records import load_metrics, save_metrics, update_metrics
+from ..emoji.tokens import background_code, background_patches, encode_ids, load_vq
+from ..text import load_text_encoder
+from . import precision
+from .card import stage_card
+from .train_drafter import draw_self_samples, train_drafter
+from .train_gpt import ClassBank, train_gpt
+from .train_vq import evaluate, neighbour_distances, train_vq
 
 
 @dataclass
@@ -62,22 +72,6 @@ class Settings:
                    eval_epochs=1, eval_batch=8, grid_seeds=2, spec_prompts=1, spec_settings=2, recognition_n=4)
 
 
-def _metrics_path(out: Path) -> Path:
-    return out / "metrics.json"
-
-
-def load_metrics(out: Path) -> dict:
-    p = _metrics_path(out)
-    return json.loads(p.read_text()) if p.exists() else {}
-
-
-def update_metrics(out: Path, key: str, value) -> dict:
-    m = load_metrics(out)
-    m[key] = value
-    _metrics_path(out).write_text(json.dumps(m, indent=2, ensure_ascii=False))
-    return m
-
-
 def stage_data(out: Path, cache: Path, seed: int, s: Settings, log) -> emoji_data.StyledDataset:
     t = time.time()
     ds, dropped = emoji_data.load_or_build_styled(cache, smoke=s.smoke, seed=seed, variants=s.variants, log=log)
@@ -93,8 +87,6 @@ def stage_data(out: Path, cache: Path, seed: int, s: Settings, log) -> emoji_dat
 
 
 def stage_vq(out: Path, ds: emoji_data.StyledDataset, seed: int, s: Settings, log) -> None:
-    from .train_vq import neighbour_distances, train_vq
-
     train = ds.images[~ds.heldout].reshape(-1, *ds.images.shape[2:])
     _, m = train_vq(train, ds.images[ds.heldout, 0], out / "vq", steps=s.vq_steps, batch=s.vq_batch,
                     full_batch=s.vq_full_batch, crop_fraction=s.vq_crop_fraction, seed=seed,
@@ -119,11 +111,9 @@ def row_split(ds: emoji_data.StyledDataset) -> tuple[np.ndarray, np.ndarray]:
 def token_ids(out: Path, cache: Path, ds: emoji_data.StyledDataset, log) -> torch.Tensor:
     """VQ token ids [M * V, 256] of every rendition variant under the background rule, cached by VQ weights.
 
-    The background code is chosen on the training rows (``train_vq.background_code``); the rule's
+    The background code is chosen on the training rows (``emoji.tokens.background_code``); the rule's
     effect on held-out reconstruction is recorded in metrics.json ("tokens").
     """
-    from .train_vq import background_code, background_patches, encode_ids, evaluate, load_vq
-
     images = ds.images.reshape(-1, *ds.images.shape[2:])
     wfile = out / "vq" / "diffusion_pytorch_model.safetensors"
     key = hashlib.sha1(wfile.read_bytes()).hexdigest()[:12] + f"_{len(images)}_bg"
@@ -149,9 +139,6 @@ def token_ids(out: Path, cache: Path, ds: emoji_data.StyledDataset, log) -> torc
 
 def stage_gpt(out: Path, ds: emoji_data.StyledDataset, ids: torch.Tensor, seed: int, s: Settings, log,
               state_path: Path | None = None, resume: bool = False, time_limit: float | None = None) -> None:
-    from ..checkpoints import save_gpt
-    from .train_gpt import train_gpt
-
     train_rows, held_rows = row_split(ds)
     dim = s.gpt_dim
     gpt, text, m = train_gpt(ids, ds.captions, train_rows, held_rows, vocab_size=s.vq_codes, steps=s.gpt_steps,
@@ -167,11 +154,6 @@ def stage_gpt(out: Path, ds: emoji_data.StyledDataset, ids: torch.Tensor, seed: 
 
 
 def stage_drafter(out: Path, ds: emoji_data.StyledDataset, ids: torch.Tensor, seed: int, s: Settings, log) -> None:
-    from ..checkpoints import load_gpt, save_drafter
-    from ..text import load_text_encoder
-    from .train_drafter import draw_self_samples, train_drafter
-    from .train_gpt import ClassBank
-
     gpt = load_gpt(out / "target")
     text = load_text_encoder(out / "text_encoder")
     train_rows, held_rows = row_split(ds)
@@ -191,10 +173,8 @@ def stage_drafter(out: Path, ds: emoji_data.StyledDataset, ids: torch.Tensor, se
 
 
 def stage_eval(out: Path, cache: Path, s: Settings, log) -> None:
-    """The evaluation encoder on every style but ``s.eval_style`` (``bench.features.styled_set``), saved in
+    """The evaluation encoder on every style but ``s.eval_style`` (``emoji.features.styled_set``), saved in
     ``out/eval`` (the card reads it from there; ``assets/eval`` is the shipped copy)."""
-    from ..bench import features
-
     data = features.styled_set(cache, s.eval_style, smoke=s.smoke)
     _, report = features.train(data, out / "eval", epochs=s.eval_epochs, log=log)
     update_metrics(out, "eval", report)
@@ -239,10 +219,8 @@ def run(out: Path, cache: Path, stages: list[str], seed: int = 0, smoke: bool = 
     if "eval" in stages:
         timed("eval", lambda: stage_eval(out, cache, s, log))
     if "card" in stages:
-        from .card import stage_card
-
         timed("card", lambda: stage_card(out, ds, seed, s, log))
     m = load_metrics(out)
     m["settings"] = asdict(s)
-    _metrics_path(out).write_text(json.dumps(m, indent=2, ensure_ascii=False))
+    save_metrics(out, m)
     return m

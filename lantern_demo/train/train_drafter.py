@@ -1,45 +1,23 @@
 """Train the EAGLE-style one-layer drafter of the emoji GPT.
 
 Model: ``lantern_demo.drafter.Drafter`` at the target's widths with one layer
-(``cfg.as_drafter()``); its ``embed_tokens`` is a frozen copy of the target's,
-its logits come from the target's ``lm_head`` (not trained here).
+(``cfg.as_drafter()``); its ``embed_tokens`` is a frozen copy of the target's and its logits come
+from the target's ``lm_head`` (neither is trained here).
 
-Data: **teacher-forced target hidden states** on the training emojis' VQ
-tokens, with soft targets from the target itself. Each step runs the frozen
-target (``GPT.forward_train``) on a batch of (caption, tokens), then the
-drafter (``Drafter.forward_train``) on the target's prefix embeddings and
-hidden states, and minimises (EAGLE's recipe)
+Each step runs the frozen target (``GPT.forward_train``) on a batch of (condition, image tokens
+[B, 256]), then the drafter (``Drafter.forward_train``) on the target's prefix embeddings and
+hidden states, and minimises EAGLE's two losses on the image entries (the target's prefill
+predicts image token 0, so the drafter never does):
 
-* feature regression: smooth-L1 between the drafter's output at entry k and
-  the target's hidden state at k + 1, and
-* distillation: cross-entropy of the drafter's next-token distribution against
-  the target's own distribution at the same position (weight 0.1 x ... see
-  ``CLS_WEIGHT``),
+* feature regression: smooth-L1 between the drafter's output at entry k and the target's hidden
+  state at k + 1 (weight ``REG_WEIGHT``);
+* distillation: cross-entropy of the drafter's next-token distribution against the target's own
+  distribution at the same position (weight ``CLS_WEIGHT``).
 
-on image entries only (the drafter never predicts image token 0: the target's
-prefill does). Captions are dropped (-> ``uncond_embedding``) with probability
-``DROP_P`` so that the unconditional CFG row, which the engine also drafts
-with, is learned too.
-
-Why not self-distillation (training on the target's own samples, as the
-LANTERN paper does)? It was measured and did not pay: ``--drafter-self-samples
-N`` draws N samples of the target on training captions
-(``self_samples.sample_tokens``, batched: 3,584 samples in about 10 minutes on
-one thread inside the retrain stage) and fills half of every batch with them.
-With N = 3,584 and the same 1,200 steps (``python -m lantern_demo.train --out
-DIR --stages drafter --drafter-self-samples 3584``), on 32 held-out prompts in
-one run LANTERN's tokens per target pass went from 2.61 to 2.54 and exact SD's
-stayed at 2.49 (wall time vs AR: LANTERN 1.11x -> 1.13x, SD 1.07x -> 1.09x,
-within the noise), and the teacher-forced agreement on held-out emojis did not
-move (0.711 -> 0.709). The soft targets already give the drafter the
-*target's* distribution at every position; the drafter is limited by its one
-layer, not by where its prefixes come from. Measured again on the class-conditional
-v2 target, whose samples are its memorised training emojis (same command; 16
-held-out prompts of the standing benchmark): exact SD's tokens per target pass
-went from 2.44 to 2.34 and LANTERN's (chain, delta 0.4, k 128) from 2.37 to
-2.52, held-out agreement 0.597 -> 0.610. So the default (N = 0) keeps the
-cheaper recipe. Acceptance measured with the real engine is
-reported in the model card.
+The condition is dropped with probability ``DROP_P`` (-> ``uncond_embedding``), so that the
+unconditional CFG row, which the engine also drafts with, is learned too. Optionally half of
+every batch are the target's own samples (:func:`draw_self_samples`); what that changed when
+measured: ``docs/training.md``.
 """
 
 from __future__ import annotations
@@ -51,17 +29,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..drafter import Drafter
+from ..emoji.self_samples import sample_tokens
+from ..sampling import SamplingConfig
 from . import precision
-from .train_gpt import _param_groups, lr_schedule
+from .optim import lr_schedule, param_groups
 
 DROP_P = 0.25
 REG_WEIGHT = 1.0
 CLS_WEIGHT = 0.1
 
 
-def make_drafter(gpt):
-    from ..drafter import Drafter
-
+def make_drafter(gpt) -> Drafter:
     d = Drafter(gpt.cfg.as_drafter(), lm_head=gpt.lm_head)
     with torch.no_grad():
         d.embed_tokens.weight.copy_(gpt.embed_tokens.weight)
@@ -115,7 +94,7 @@ def train_drafter(
     drafter = make_drafter(gpt)
     drafter.train()
     tr = torch.as_tensor(train_idx, dtype=torch.long)
-    opt = torch.optim.AdamW(_param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups([drafter], 0.0), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(50, steps // 10))
     t0 = time.time()
     ema = None
@@ -179,8 +158,6 @@ def draw_self_samples(gpt, text, bank, train_idx: np.ndarray, n: int, seed: int,
     """``n`` samples of the target on the conditioning (``bank``) of random training rows, at the
     emoji preset's sampling settings. Returns (ids [n, N], cap_ids [n, L], cap_mask [n, L])."""
     from ..pipeline import EMOJI_SETTINGS
-    from ..sampling import SamplingConfig
-    from .self_samples import sample_tokens
 
     g = torch.Generator().manual_seed(seed + 2)
     tr = torch.as_tensor(train_idx, dtype=torch.long)

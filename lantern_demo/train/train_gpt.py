@@ -1,51 +1,26 @@
-"""Train the tiny emoji GPT (LlamaGen architecture) jointly with its conditioning.
+"""Train the emoji GPT (LlamaGen architecture) jointly with its conditioning.
 
-Model: ``lantern_demo.gpt.GPT`` at ``gpt_config()`` (dim 192, 6 layers, 6 heads,
-SwiGLU 512, about 3.1M parameters, vocab = the VQ codebook, 16x16 image tokens).
-Conditioning (``condition``, :func:`make_conditioning`):
+Model: ``lantern_demo.gpt.GPT`` at :func:`gpt_config` (vocab = the VQ codebook, 16x16 image
+tokens; the retraining's sizes are in ``retrain.Settings``). Conditioning (``condition``,
+:func:`make_conditioning`):
 
-- ``"class"`` (the embedded default since v2): LlamaGen's class-to-image form. Every
-  training emoji is a class with one learned embedding, the GPT's one-entry prefix
-  (``cls_token_num`` 1); ``lantern_demo.text.ClassTextEncoder`` maps any prompt to the
-  class whose names share its words (:class:`ClassBank`). With the v1 word encoder
-  below, 12 of 128 training captions' samples were recognised (chance 4): each caption
-  has one image, too little for this GPT to learn what the words mean.
-- ``"caption"``: ``lantern_demo.text.WordTextEncoder`` over the words of the training
-  captions, 16 prefix positions, a random phrasing per image per step (:class:`CaptionBank`).
+- ``"class"`` (the embedded model's): LlamaGen's class-to-image form. Every training emoji is a
+  class with one learned embedding, the GPT's one-entry prefix; ``text.ClassTextEncoder`` maps a
+  prompt to the class whose names share its words (:class:`ClassBank`).
+- ``"caption"``: ``text.WordTextEncoder`` over the words of the training captions, 16 prefix
+  positions, a random phrasing per image per step (:class:`CaptionBank`).
 
-Six layers, not four: on a CPU a
-pass costs mostly per-layer operator overhead, so the one-layer drafter is cheap only next to a
-deeper target. Measured against 4 layers (same data, steps and drafter recipe; the model card has
-the details): LANTERN's default went from 1.30x to 1.48x over AR (1.63x with the app's k 128),
-held-out NLL from 1.44 to 1.35 nats, while AR got about 1.6x slower per image.
+Training: teacher-forced next-token cross-entropy on image tokens [B, 256]
+(``GPT.forward_train``). The condition is dropped with probability 0.15 (the row then uses
+``uncond_embedding``) so that classifier-free guidance works. Optional input noise
+(:func:`corrupt_inputs`): the model cannot read the emoji off a clean prefix alone and learns to
+continue after a wrong token. Optional content loss (:func:`content_loss`): every word embedding
+gets a direct gradient from its image. AdamW with warm-up and cosine (``optim``), bfloat16
+autocast where the CPU runs it natively (``precision``), resumable in time-limited chunks
+(``resume``). Attention runs on PyTorch's "math" SDPA backend while training: with a caption key
+mask the CPU flash kernel was about 2x slower per step at these sizes.
 
-Training: teacher-forced next-token cross-entropy on VQ tokens of the training
-emojis (``GPT.forward_train``); condition dropout 0.15 (the row then uses ``uncond_embedding``) so that
-classifier-free guidance works. Input-token noise (``input_noise``): each
-*input* token is replaced by a uniformly random code with that probability,
-the targets stay clean (:func:`corrupt_inputs`). The model can then no longer
-read which emoji it is drawing off the clean image prefix alone and leans on
-the caption, and it learns to continue after a wrong token, as it must when
-sampling. Content loss (``content_weight``, :func:`content_loss`): a linear
-head reads the caption's mean word embedding and is trained to predict which
-codes the image uses; it gives every word embedding a direct gradient from its
-image at every step instead of only through the few tokens where the GPT
-decides which emoji to draw. The head is used in training only.
-Measured on the 4-layer v1 GPT with the word encoder: the drafter agrees with the
-target more often (0.786 against 0.711) and LANTERN's default went from 1.09x
-to 1.30x over AR; samples on training captions are recognised a little more
-often (of 128, given no real rows: 11 -> 11 and 12 -> 19 on two caption sets;
-given 3 or 5 real rows: 18 -> 27, 34 -> 46); held-out NLL rose from 1.23 to
-1.44 nats (the model leans less on the clean prefix).
-
-The v2 run (``retrain.Settings``): class conditioning on the curated set (640
-training emojis), 4000 steps (about 100 exposures per emoji), input noise 0.05,
-content loss off.
-
-AdamW, warm-up + cosine, bfloat16 autocast for the matrix products (float32
-master weights). Attention is forced onto PyTorch's "math" SDPA backend
-while training: with a caption key mask, the CPU flash kernel was about 2x
-slower per step at these sizes (measured).
+What was measured to choose these settings: ``docs/training.md``.
 """
 
 from __future__ import annotations
@@ -59,15 +34,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..emoji.data import TEMPLATE_WORDS
+from ..gpt import GPT, GPTConfig
+from ..text import ClassTextEncoder, WordTextEncoder, build_vocab
 from . import precision
+from .optim import lr_schedule, param_groups
+from .resume import Chunks, Paused, load_state, save_state
 
 TEXT_DIM = 128
 PREFIX = 16
 
 
 def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
-    from ..gpt import GPTConfig
-
     base = dict(vocab_size=vocab_size, dim=192, n_layer=6, n_head=6, ffn_hidden=512, cls_token_num=PREFIX,
                 caption_dim=caption_dim, grid=16, class_dropout_p=0.15)
     base.update(overrides)
@@ -75,8 +53,6 @@ def gpt_config(vocab_size: int, caption_dim: int = TEXT_DIM, **overrides):
 
 
 def make_text_encoder(train_captions: list[str], dim: int = TEXT_DIM, max_length: int = PREFIX):
-    from ..text import WordTextEncoder, build_vocab
-
     vocab = build_vocab(train_captions)
     return WordTextEncoder(vocab, dim=dim, max_length=max_length, init_std=1.0 / math.sqrt(dim))
 
@@ -85,9 +61,6 @@ def make_class_encoder(names: list[list[str]], train_idx: np.ndarray, dim: int =
                        symbols: list[str] | None = None):
     """Class conditioning: class c is training item ``train_idx[c]``, matched by its names (and by its
     emoji character ``symbols[train_idx[c]]`` when given)."""
-    from ..text import ClassTextEncoder
-    from .emoji_data import TEMPLATE_WORDS
-
     return ClassTextEncoder([names[i] for i in train_idx], dim=dim, stop_words=TEMPLATE_WORDS,
                             init_std=1.0 / math.sqrt(dim),
                             symbols=None if symbols is None else [symbols[i] for i in train_idx])
@@ -192,23 +165,6 @@ def content_loss(head: torch.nn.Linear, emb: torch.Tensor, mask: torch.Tensor, t
     return -(hist * F.log_softmax(head(pooled), dim=-1)).sum(1).mean()
 
 
-def lr_schedule(step: int, steps: int, lr: float, warm: int, floor: float = 0.1) -> float:
-    if step < warm:
-        return lr * (step + 1) / warm
-    t = (step - warm) / max(1, steps - warm)
-    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
-
-
-def _param_groups(modules, wd: float):
-    decay, no_decay = [], []
-    for m in modules:
-        for n, p in m.named_parameters():
-            if not p.requires_grad:
-                continue
-            (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
-    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 @torch.no_grad()
 def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask: torch.Tensor, batch: int = 64) -> float:
     """Mean conditional per-token NLL (nats) of image tokens ``ids`` [N, T] given captions."""
@@ -224,43 +180,74 @@ def nll_per_token(gpt, text, ids: torch.Tensor, cap_ids: torch.Tensor, cap_mask:
     return tot / max(1, cnt)
 
 
-def train_gpt(
-    ids: torch.Tensor,
-    captions: list[list[str]],
-    train_idx: np.ndarray,
-    heldout_idx: np.ndarray,
-    vocab_size: int,
-    steps: int = 3000,
-    batch: int = 32,
-    lr: float = 1.5e-3,
-    wd: float = 0.05,
-    seed: int = 0,
-    log=print,
-    config_overrides: dict | None = None,
-    eval_batch: int = 64,
-    input_noise: float = 0.0,
-    content_weight: float = 0.0,
-    condition: str = "caption",
-    names: list[list[str]] | None = None,
-    state_path: Path | None = None,
-    resume: bool = False,
-    time_limit: float | None = None,
-    save_every: int = 200,
-    row_class: np.ndarray | None = None,
-    symbols: list[str] | None = None,
-):
+def _draw_batch(tr: torch.Tensor, ids: torch.Tensor, bank, batch: int, dropout: float, input_noise: float,
+                vocab_size: int, g: torch.Generator):
+    """One step's (cap_ids, cap_mask, drop [B] bool, noisy inputs [B, N], clean tokens [B, N]), drawn from ``g``."""
+    items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
+    cap_ids, cap_mask = bank.sample(items, g)
+    drop = torch.rand(batch, generator=g) < dropout
+    tokens = ids[items]
+    return cap_ids, cap_mask, drop, corrupt_inputs(tokens, input_noise, vocab_size, g), tokens
+
+
+def _restore(state_path: Path, settings: dict, modules: list, opt, g: torch.Generator, steps: int, log):
+    """Load a saved training state into ``modules``, ``opt``, ``g`` and torch's RNG; returns (step, ema, chunks)."""
+    st = load_state(state_path, settings)
+    for m, sd in zip(modules, st["modules"]):
+        m.load_state_dict(sd)
+    opt.load_state_dict(st["optimizer"])
+    g.set_state(st["generator"])
+    torch.set_rng_state(st["torch_rng"])
+    chunks = Chunks(done=st["chunks"], start_step=st["step"])
+    log(f"gpt: resumed at step {st['step']}/{steps} ({len(chunks.done)} chunk(s) before, "
+        f"{chunks.seconds:.0f}s of training so far)")
+    return st["step"], st["ema"], chunks
+
+
+def _final_metrics(gpt, text, bank, ids: torch.Tensor, train_idx: np.ndarray, heldout_idx: np.ndarray,
+                   settings: dict, chunks: list[dict], ema: float, aux, eval_batch: int, log) -> dict:
+    """The trained GPT's record: settings, time, sizes, config, final losses and held-out / training NLL."""
+    gpt.eval()
+    text.eval()
+    he = torch.as_tensor(heldout_idx, dtype=torch.long)
+    rng = np.random.default_rng(settings["seed"])
+    sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
+    cfg = gpt.cfg
+    metrics = {
+        **{k: settings[k] for k in ("steps", "batch", "lr", "input_noise", "content_weight", "condition")},
+        "train_seconds": round(sum(c["seconds"] for c in chunks), 1),
+        "chunks": chunks,
+        "params_gpt": sum(p.numel() for p in gpt.parameters()),
+        "params_text_encoder": sum(p.numel() for p in text.parameters()),
+        "text_vocab": len(getattr(text, "vocab", getattr(text, "known", ()))),
+        "classes": len(getattr(text, "names", ())) or None,
+        "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
+                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p",
+                                                   "prefix_rope")},
+        "final_train_loss_ema": ema,
+        "final_content_loss": None if aux is None else aux.item(),
+    }
+    if len(he):
+        metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
+    metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
+    log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
+    return metrics
+
+
+def train_gpt(ids: torch.Tensor, captions: list[list[str]], train_idx: np.ndarray, heldout_idx: np.ndarray,
+              vocab_size: int, steps: int = 3000, batch: int = 32, lr: float = 1.5e-3, wd: float = 0.05, seed: int = 0,
+              log=print, config_overrides: dict | None = None, eval_batch: int = 64, input_noise: float = 0.0,
+              content_weight: float = 0.0, condition: str = "caption", names: list[list[str]] | None = None,
+              state_path: Path | None = None, resume: bool = False, time_limit: float | None = None,
+              save_every: int = 200, row_class: np.ndarray | None = None, symbols: list[str] | None = None):
     """Returns (gpt, text_encoder, metrics).
 
     ids [N_items, T] image codes; ``input_noise``: see :func:`corrupt_inputs`; ``content_weight``:
     weight of :func:`content_loss` (the background code is the most frequent training code);
     ``condition``: see :func:`make_conditioning` (``names``: every item's names, for "class").
-    Resumable (``lantern_demo.train.resume``): with ``state_path`` the full state is saved there
-    every ``save_every`` steps; ``resume`` continues from it; after ``time_limit`` seconds of
-    this call the state is saved and ``resume.Paused`` raised.
+    Resumable (``resume``): the full state goes to ``state_path`` every ``save_every`` steps, and after
+    ``time_limit`` seconds of this call, which then raises ``resume.Paused``; ``resume`` continues from it.
     """
-    from ..gpt import GPT
-    from .resume import Chunks, Paused, load_state, save_state
-
     t_call = time.time()
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -276,23 +263,14 @@ def train_gpt(
         head = torch.nn.Linear(text.dim, vocab_size)  # content loss only, not saved
         background = int(torch.bincount(ids[tr].flatten(), minlength=vocab_size).argmax())
         modules.append(head)
-    opt = torch.optim.AdamW(_param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(param_groups(modules, wd), lr=lr, betas=(0.9, 0.95))
     warm = max(1, min(200, steps // 10))
     settings = {"steps": steps, "batch": batch, "lr": lr, "wd": wd, "seed": seed, "input_noise": input_noise,
                 "content_weight": content_weight, "condition": condition, "items": len(train_idx),
                 "overrides": {k: v for k, v in sorted(overrides.items())}}
     start, ema, chunks = 0, None, Chunks()
     if resume and state_path is not None:
-        st = load_state(state_path, settings)
-        for m, sd in zip(modules, st["modules"]):
-            m.load_state_dict(sd)
-        opt.load_state_dict(st["optimizer"])
-        g.set_state(st["generator"])
-        torch.set_rng_state(st["torch_rng"])
-        start, ema = st["step"], st["ema"]
-        chunks = Chunks(done=st["chunks"], start_step=start)
-        log(f"gpt: resumed at step {start}/{steps} ({len(chunks.done)} chunk(s) before, "
-            f"{chunks.seconds:.0f}s of training so far)")
+        start, ema, chunks = _restore(state_path, settings, modules, opt, g, steps, log)
 
     def save(step: int) -> None:
         if state_path is not None:
@@ -310,11 +288,8 @@ def train_gpt(
             raise Paused("gpt", step, steps, state_path)
         for gr in opt.param_groups:
             gr["lr"] = lr_schedule(step, steps, lr, warm)
-        items = tr[torch.randint(0, len(tr), (batch,), generator=g)]
-        cap_ids, cap_mask = bank.sample(items, g)
-        drop = torch.rand(batch, generator=g) < cfg.class_dropout_p
-        tokens = ids[items]
-        inputs = corrupt_inputs(tokens, input_noise, vocab_size, g)
+        cap_ids, cap_mask, drop, inputs, tokens = _draw_batch(tr, ids, bank, batch, cfg.class_dropout_p,
+                                                              input_noise, vocab_size, g)
         with sdpa_kernel(SDPBackend.MATH):
             with precision.autocast():
                 emb = text(cap_ids)
@@ -336,33 +311,6 @@ def train_gpt(
         if (step + 1) % save_every == 0 and step + 1 < steps:
             save(step + 1)
     save(steps)
-    gpt.eval()
-    text.eval()
-    he = torch.as_tensor(heldout_idx, dtype=torch.long)
-    rng = np.random.default_rng(seed)
-    sub = torch.as_tensor(rng.choice(train_idx, size=min(len(train_idx), max(len(heldout_idx), 1)), replace=False))
-    done = chunks.close(steps)
-    metrics = {
-        "steps": steps,
-        "batch": batch,
-        "lr": lr,
-        "input_noise": input_noise,
-        "content_weight": content_weight,
-        "condition": condition,
-        "train_seconds": round(sum(c["seconds"] for c in done), 1),
-        "chunks": done,
-        "params_gpt": sum(p.numel() for p in gpt.parameters()),
-        "params_text_encoder": sum(p.numel() for p in text.parameters()),
-        "text_vocab": len(getattr(text, "vocab", getattr(text, "known", ()))),
-        "classes": len(getattr(text, "names", ())) or None,
-        "config": {k: getattr(cfg, k) for k in ("vocab_size", "dim", "n_layer", "n_head", "ffn_hidden",
-                                                   "cls_token_num", "caption_dim", "grid", "class_dropout_p",
-                                                   "prefix_rope")},
-        "final_train_loss_ema": ema,
-        "final_content_loss": None if aux is None else aux.item(),
-    }
-    if len(he):
-        metrics["heldout_nll"] = nll_per_token(gpt, text, ids[he], *bank.first(he), batch=eval_batch)
-    metrics["train_nll"] = nll_per_token(gpt, text, ids[sub], *bank.first(sub), batch=eval_batch)
-    log(f"gpt: held-out NLL {metrics.get('heldout_nll', float('nan')):.4f}, train NLL {metrics['train_nll']:.4f} nats/token")
+    metrics = _final_metrics(gpt, text, bank, ids, train_idx, heldout_idx, settings, chunks.close(steps), ema, aux,
+                             eval_batch, log)
     return gpt, text, metrics

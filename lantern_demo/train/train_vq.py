@@ -1,24 +1,23 @@
 """Train the emoji VQ tokenizer: a ``diffusers.VQModel`` with 16x16 tokens per 64 px image.
 
-Architecture (``VQ_CONFIG``): 3 encoder levels (32, 64, 128 channels) -> 4x
-downsample, 1 res block per level (2 in the decoder, diffusers' rule), a
-mid block with attention at 16x16, latent 64 channels, ``quant_conv`` to an
-8-dim code space, a codebook of 1024 entries (plain L2 nearest neighbour,
-exactly ``diffusers``' ``VectorQuantizer``, so ``VQModel.encode`` + ``quantize``
-and ``decode(ids, force_not_quantize=True, shape=(B, 16, 16, 8))`` reproduce
-training).
+Architecture (``VQ_CONFIG``): 3 encoder levels (32, 64, 128 channels) -> 4x downsample, 1 res
+block per level (2 in the decoder, diffusers' rule), a mid block with attention at 16x16, latent
+64 channels, ``quant_conv`` to an 8-dim code space; the codebook size is an override
+(``retrain.Settings.vq_codes``). Codes (``l2_codes``, the default): LlamaGen's design, the nearest
+code by cosine with latents and codes L2-normalised (:func:`quantise_l2`). The codebook is saved
+row-normalised, so diffusers' plain L2 lookup (``VQModel.encode`` + ``quantize``) picks the same ids
+and ``decode(ids, force_not_quantize=True, shape=(B, 16, 16, 8))`` reproduces training.
 
-Training: the first ``crop_fraction`` of the steps see random 32x32 crops at
-token-aligned offsets (a quarter of the compute per sample; the network is
-convolutional), the rest whole 64x64 images, so that GroupNorm statistics and
-the mid-block attention are tuned on the real input size.
+Training: the first ``crop_fraction`` of the steps see random 32x32 crops at token-aligned
+offsets (a quarter of the compute per sample; the network is convolutional), the rest whole
+64x64 images, so that GroupNorm statistics and the mid-block attention are tuned on the real
+input size.
 
-Loss: L1 + L2 on pixels in [-1, 1] plus the quantizer's codebook/commitment loss
-(beta 0.25). The codebook is initialised from encoder outputs and dead codes
-(unused during the last ``restart_every`` steps) are re-seeded from random
-encoder outputs of the current batch, which keeps usage near the full codebook.
-Convolutions run under bfloat16 autocast (1.6x faster on this CPU); the nearest
-code search and the losses stay in float32.
+Loss: L1 + L2 on pixels in [-1, 1] plus the quantizer's codebook/commitment loss (beta 0.25).
+The codebook is initialised from encoder outputs and dead codes (unused during the last
+``restart_every`` steps) are re-seeded from random encoder outputs of the current batch, which
+keeps usage near the full codebook. Convolutions run under bfloat16 autocast where the CPU runs it
+natively (``precision``); the nearest code search and the losses stay in float32.
 """
 
 from __future__ import annotations
@@ -30,7 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from diffusers import VQModel
 
+from ..emoji.tokens import encode_ids, load_vq, to_tensor
+from ..neighbors import build_neighbor_table
 from . import precision
 
 VQ_CONFIG = dict(
@@ -52,18 +54,10 @@ VQ_CONFIG = dict(
 )
 
 
-def make_vq(**overrides):
-    from diffusers import VQModel
-
+def make_vq(**overrides) -> VQModel:
     cfg = dict(VQ_CONFIG)
     cfg.update(overrides)
     return VQModel(**cfg)
-
-
-def to_tensor(images_u8: np.ndarray) -> torch.Tensor:
-    """uint8 [N, H, W, 3] -> float [N, 3, H, W] in [-1, 1]."""
-    x = torch.from_numpy(np.ascontiguousarray(images_u8)).permute(0, 3, 1, 2).float()
-    return x / 127.5 - 1.0
 
 
 def to_uint8(x: torch.Tensor) -> np.ndarray:
@@ -81,53 +75,6 @@ def _decode_quant(vq, q: torch.Tensor, amp: bool) -> torch.Tensor:
     with precision.autocast(enabled=amp):
         dec = vq.decoder(vq.post_quant_conv(q))
     return dec.float()
-
-
-@torch.no_grad()
-def encode_ids(vq, images_u8: np.ndarray, batch: int = 64, background: int | None = None) -> torch.Tensor:
-    """Token ids [N, h, w] (raster order) of uint8 images, in float32.
-
-    With ``background`` set, every pure-background patch (see :func:`background_patches`)
-    gets that one code instead of the encoder's choice (the background rule).
-    """
-    vq.eval()
-    out = []
-    for i in range(0, len(images_u8), batch):
-        x = to_tensor(images_u8[i : i + batch])
-        h = vq.quant_conv(vq.encoder(x))
-        _, _, (_, _, idx) = vq.quantize(h)
-        out.append(idx.view(h.shape[0], h.shape[2], h.shape[3]))
-    ids = torch.cat(out)
-    if background is not None:
-        ids[background_patches(images_u8, ids.shape[1])] = background
-    return ids
-
-
-BACKGROUND_MIN = 254  # a patch is background when all its pixels are at least this white
-
-
-def background_patches(images_u8: np.ndarray, grid: int) -> torch.Tensor:
-    """bool [N, grid, grid]: token patches whose pixels are all (nearly) pure white.
-
-    Why a rule: this VQ's encoder sees beyond its patch (3x3 convolutions and a
-    mid-block attention), so the white background of the emojis came out as 171
-    different codes (37 even for an all-white image), which the GPT can only
-    guess. Snapping them to one code cost 0.8 dB of held-out PSNR and makes half
-    of every image predictable; the look-alike codes stay in the codebook and
-    keep occurring at stroke edges and in flat colours.
-    """
-    n, size = len(images_u8), images_u8.shape[1]
-    f = size // grid
-    patches = images_u8.reshape(n, grid, f, grid, f, -1).min(axis=(2, 4, 5))
-    return torch.from_numpy(patches >= BACKGROUND_MIN)
-
-
-def background_code(ids: torch.Tensor, background: torch.Tensor) -> int:
-    """The code the encoder most often gives pure-background patches.
-
-    ids: the encoder's codes [N, h, w]; background: :func:`background_patches` of the same images.
-    """
-    return int(ids[background].mode().values)
 
 
 @torch.no_grad()
@@ -184,23 +131,33 @@ def quantise_l2(z: torch.Tensor, codebook: torch.Tensor, beta: float = 0.25):
     return q.view(b, h, w, d).permute(0, 3, 1, 2), loss, ids
 
 
-def train_vq(
-    images_u8: np.ndarray,
-    heldout_u8: np.ndarray | None,
-    out_dir: str | Path | None,
-    steps: int = 3000,
-    batch: int = 32,
-    lr: float = 1e-3,
-    seed: int = 0,
-    restart_every: int = 100,
-    crop: int = 32,
-    crop_fraction: float = 0.75,
-    full_batch: int = 16,
-    amp: bool = True,
-    log=print,
-    config_overrides: dict | None = None,
-    l2_codes: bool = True,
-):
+def _batch(data: torch.Tensor, step: int, crop_steps: int, batch: int, full_batch: int, crop: int, f: int,
+           g: torch.Generator) -> torch.Tensor:
+    """One step's images [B, 3, h, w] from ``data`` [N, 3, H, W]: during the first ``crop_steps`` steps,
+    ``batch`` random crops of side ``crop`` at token-aligned offsets (multiples of ``f``; 4x cheaper per
+    sample), then ``full_batch`` whole images (GroupNorm and attention see the real statistics)."""
+    n = len(data)
+    if step >= crop_steps:
+        return data[torch.randint(0, n, (full_batch,), generator=g)]
+    idx = torch.randint(0, n, (batch,), generator=g)
+    span = (data.shape[-1] - crop) // f + 1
+    oy = torch.randint(0, span, (batch,), generator=g) * f
+    ox = torch.randint(0, span, (batch,), generator=g) * f
+    return torch.stack([data[i, :, y : y + crop, x : x + crop] for i, y, x in zip(idx.tolist(), oy.tolist(), ox.tolist())])
+
+
+@torch.no_grad()
+def _reseed(codebook: torch.Tensor, rows: torch.Tensor, z: torch.Tensor, g: torch.Generator) -> None:
+    """Codebook ``rows`` := random encoder outputs of ``z`` [B, D, h, w] plus a little noise."""
+    flat = z.detach().permute(0, 2, 3, 1).reshape(-1, z.shape[1])
+    pick = torch.randint(0, flat.shape[0], (len(rows),), generator=g)
+    codebook.data[rows] = flat[pick] + 0.01 * torch.randn(len(rows), flat.shape[1], generator=g)
+
+
+def train_vq(images_u8: np.ndarray, heldout_u8: np.ndarray | None, out_dir: str | Path | None, steps: int = 3000,
+             batch: int = 32, lr: float = 1e-3, seed: int = 0, restart_every: int = 100, crop: int = 32,
+             crop_fraction: float = 0.75, full_batch: int = 16, amp: bool = True, log=print,
+             config_overrides: dict | None = None, l2_codes: bool = True):
     """Train and (if ``out_dir``) save with ``save_pretrained`` (safetensors). Returns (vq, metrics).
 
     images_u8 uint8 [N, H, W, 3]. ``l2_codes``: LlamaGen's code design (:func:`quantise_l2`; the saved
@@ -210,7 +167,6 @@ def train_vq(
     g = torch.Generator().manual_seed(seed)
     vq = make_vq(**(config_overrides or {}))
     K = vq.config.num_vq_embeddings
-    n = len(images_u8)
     data = to_tensor(images_u8)
     opt = torch.optim.AdamW(vq.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     warm = max(1, min(100, steps // 10))
@@ -226,25 +182,14 @@ def train_vq(
     restarts = 0
     vq.train()
     crop_steps = int(steps * crop_fraction) if crop and crop < data.shape[-1] else 0
+    f = 2 ** (len(vq.config.block_out_channels) - 1)  # pixels per token
     for step in range(steps):
-        if step < crop_steps:  # random crops at token-aligned offsets (4x cheaper per sample)
-            idx = torch.randint(0, n, (batch,), generator=g)
-            f = 2 ** (len(vq.config.block_out_channels) - 1)
-            span = (data.shape[-1] - crop) // f + 1
-            oy = torch.randint(0, span, (batch,), generator=g) * f
-            ox = torch.randint(0, span, (batch,), generator=g) * f
-            x = torch.stack([data[i, :, y : y + crop, x0 : x0 + crop] for i, y, x0 in zip(idx.tolist(), oy.tolist(), ox.tolist())])
-        else:  # full images at the end: GroupNorm and attention see the real statistics
-            idx = torch.randint(0, n, (full_batch,), generator=g)
-            x = data[idx]
+        x = _batch(data, step, crop_steps, batch, full_batch, crop, f, g)
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step)
         z = _encode_latent(vq, x, amp)
         if step == 0:  # codebook init from encoder outputs
-            with torch.no_grad():
-                flat = z.permute(0, 2, 3, 1).reshape(-1, z.shape[1])
-                pick = torch.randint(0, flat.shape[0], (K,), generator=g)
-                codebook.data.copy_(flat[pick] + 0.01 * torch.randn(K, flat.shape[1], generator=g))
+            _reseed(codebook, torch.arange(K), z, g)
         if l2_codes:
             q, qloss, ids = quantise_l2(z, codebook)
         else:
@@ -260,49 +205,35 @@ def train_vq(
         if (step + 1) % restart_every == 0 and step + 1 < int(steps * 0.9):
             dead = (usage == 0).nonzero().flatten()
             if len(dead):
-                with torch.no_grad():
-                    flat = z.detach().permute(0, 2, 3, 1).reshape(-1, z.shape[1])
-                    pick = torch.randint(0, flat.shape[0], (len(dead),), generator=g)
-                    codebook.data[dead] = flat[pick] + 0.01 * torch.randn(len(dead), flat.shape[1], generator=g)
+                _reseed(codebook, dead, z, g)
                 restarts += len(dead)
             usage.zero_()
         if step % 100 == 0 or step == steps - 1:
             with torch.no_grad():
                 p = 10 * torch.log10(4.0 / F.mse_loss(rec.clamp(-1, 1), x)).item()
-            log(
-                f"vq step {step}/{steps} loss {loss.item():.4f} l1 {l1.item():.4f} q {qloss.item():.4f} "
-                f"psnr(batch) {p:.2f} restarts {restarts} {time.time() - t0:.0f}s"
-            )
+            log(f"vq step {step}/{steps} loss {loss.item():.4f} l1 {l1.item():.4f} q {qloss.item():.4f} "
+                f"psnr(batch) {p:.2f} restarts {restarts} {time.time() - t0:.0f}s")
     vq.eval()
     if l2_codes:
         with torch.no_grad():
             codebook.data.copy_(F.normalize(codebook.data, dim=-1))
-    metrics = {"steps": steps, "l2_codes": l2_codes, "codebook_size": K, "crop_steps": crop_steps, "crop": crop, "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1), "dead_code_restarts": restarts}
+    metrics = {"steps": steps, "l2_codes": l2_codes, "codebook_size": K, "crop_steps": crop_steps, "crop": crop,
+               "batch": batch, "full_batch": full_batch, "train_seconds": round(time.time() - t0, 1),
+               "dead_code_restarts": restarts}
     if heldout_u8 is not None and len(heldout_u8):
         metrics["heldout"] = evaluate(vq, heldout_u8)
         log(f"vq held-out: {metrics['heldout']}")
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        vq.save_pretrained(out_dir, safe_serialization=True)
+        vq.save_pretrained(Path(out_dir), safe_serialization=True)
     return vq, metrics
 
 
 def neighbour_distances(path: str | Path, ks: tuple[int, ...] = (1, 16, 64, 128, 256)) -> dict[str, list[float]]:
     """{k: [10%, 50%, 90%] quantiles over codes of the distance to the k-th nearest code} of a saved VQ's
     codebook (the LANTERN neighbour table's reach: how far apart the codes it treats as look-alikes are)."""
-    from ..neighbors import build_neighbor_table
-
     cb = load_vq(path).quantize.embedding.weight.detach().float()
     ks = tuple(k for k in ks if k < len(cb))
     nb = build_neighbor_table(cb, max(ks))
     d = (cb[nb] - cb[:, None]).norm(dim=-1)
     q = torch.tensor([0.1, 0.5, 0.9])
     return {str(k): [round(float(x), 3) for x in d[:, k - 1].quantile(q)] for k in ks}
-
-
-def load_vq(path: str | Path):
-    from diffusers import VQModel
-
-    vq = VQModel.from_pretrained(str(path))
-    vq.eval()
-    return vq

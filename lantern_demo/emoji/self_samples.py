@@ -1,5 +1,5 @@
-"""The target's own samples, drawn in batches: the drafter's self-distillation data and the
-prefix-completion measurement (``lantern_demo.bench.completion``).
+"""The target's own samples, drawn in batches: the drafter's self-distillation data, the model
+card's recognition measure and the prefix-completion benchmark (``lantern_demo.bench.completion``).
 
 ``sample_tokens`` runs the same ``GPT`` (``prefill_embeds`` + ``forward`` with one
 token sequence per row) on many captions at once, with classifier-free guidance

