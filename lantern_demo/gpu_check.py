@@ -41,7 +41,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
 
 from .checkpoints import count_parameters
-from .engine import METHODS, DecodeConfig, generate
+from .engine import generate
+from .methods import METHODS, DecodeConfig
 from .gpt import GPT, GPTConfig
 from .hub import get_preset
 from .neighbors import build_neighbor_table
@@ -50,7 +51,8 @@ from .sampling import SamplingConfig
 from .sizes import llamagen_sizes, t5_xl_config
 from .text import T5TextEncoder
 from .tiny import drafter_for, tiny_random_pair
-from .ui import DECODE_SHARE, DEFAULTS, PRESET_DEFAULTS
+from .presets import controls
+from .ui.stream import DECODE_SHARE
 from .vq import VQDecoder, llamagen_vq_config
 from .vq_net import VQDecoderConfig, VQDecoderNet
 
@@ -61,9 +63,9 @@ GiB = 1024**3
 #: Greedy configurations that must reproduce greedy AR (the relaxed ones with their relaxation off).
 GREEDY_CONFIGS = (
     DecodeConfig("sd", gamma=4),
-    DecodeConfig("eagle", depth=4, top_k=4, total_tokens=16),
-    DecodeConfig("lantern", depth=4, top_k=4, total_tokens=16, delta=0.0, k=8),
-    DecodeConfig("lantern++", depth=4, top_k=3, total_tokens=12, lam=1.0, k=8),
+    DecodeConfig("eagle", depth=4, branching=4, tree_tokens=16),
+    DecodeConfig("lantern", depth=4, branching=4, tree_tokens=16, delta=0.0, k=8),
+    DecodeConfig("lantern++", depth=4, branching=3, tree_tokens=12, lam=1.0, k=8),
     DecodeConfig("sjd", window=8),
     DecodeConfig("sjd+lantern", window=8, coupled=True, delta=0.0, k=8),
 )
@@ -124,22 +126,16 @@ def build_pipeline(name: str, device: torch.device, dtype: torch.dtype, reduced:
     target, drafter, t5 = target.to(dtype), drafter.to(dtype), t5.to(dtype)
     text = T5TextEncoder(t5, word_tokenizer(PROMPT), max_length=cfg.cls_token_num)
     decoder = VQDecoder(vq, cfg.grid)
-    max_k = min(int(PRESET_DEFAULTS[name]["k"]), cfg.vocab_size - 1)
+    max_k = min(int(controls(name)["k"]), cfg.vocab_size - 1)
     neighbors = build_neighbor_table(decoder.raw_codebook().to(device), max_k)
     return LanternPipeline(get_preset(name), text, target, drafter, decoder, neighbors, device)
 
 
 def method_config(name: str, method: str, max_k: int) -> DecodeConfig:
-    """``method`` with the page's start-up controls for preset ``name`` (``ui.DEFAULTS`` with the
-    preset's ``ui.PRESET_DEFAULTS``; the UI's control names mapped as ``ui.build_request`` maps them),
-    each method drafting its default shape (the page's "auto")."""
-    v = {**DEFAULTS, **PRESET_DEFAULTS[name]}
-    sampling = SamplingConfig(cfg_scale=float(v["cfg_scale"]), temperature=float(v["temperature"]),
-                              top_k=int(v["top_k"]), top_p=float(v["top_p"]))
-    return DecodeConfig(method, gamma=int(v["gamma"]), min_confidence=float(v["confidence"]), depth=int(v["depth"]),
-                        top_k=int(v["branching"]), total_tokens=int(v["tree_tokens"]), delta=float(v["delta"]),
-                        k=min(int(v["k"]), max_k), lam=float(v["lam"]), window=int(v["window"]), init=str(v["init"]),
-                        coupled=bool(v["coupled"]), sampling=sampling)
+    """``method`` with the page's start-up controls for preset ``name`` (``presets.controls``),
+    drafting its default shape (the page's "auto"), k capped at the neighbour table's width."""
+    values = controls(name)
+    return DecodeConfig.from_values(values, method=method, draft="auto", k=min(int(values["k"]), max_k))
 
 
 # ----------------------------------------------------------------------------- measurements

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lantern_demo import gpu_check
-from lantern_demo.engine import DRAFTER_FREE, METHODS
+from lantern_demo.methods import DRAFTER_FREE, METHODS
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +58,11 @@ def test_time_budget_skips_the_remaining_runs():
 
 
 def test_methods_run_with_the_pages_settings_for_the_preset():
-    from lantern_demo.ui import DEFAULTS, PRESET_DEFAULTS
+    from lantern_demo.presets import controls
 
-    d = {**DEFAULTS, **PRESET_DEFAULTS["llamagen-t2i-512"]}
+    d = controls("llamagen-t2i-512")
     c = gpu_check.method_config("llamagen-t2i-512", "sjd+lantern", max_k=1000)
     assert (c.delta, c.k, c.coupled, c.window, c.init) == (d["delta"], d["k"], d["coupled"], d["window"], d["init"])
     assert (c.sampling.top_k, c.sampling.cfg_scale) == (d["top_k"], d["cfg_scale"])
     e = gpu_check.method_config("llamagen-t2i-512", "eagle", max_k=1000)
-    assert (e.shape, e.depth, e.top_k, e.total_tokens) == ("tree", d["depth"], d["branching"], d["tree_tokens"])
+    assert (e.shape, e.depth, e.branching, e.tree_tokens) == ("tree", d["depth"], d["branching"], d["tree_tokens"])

@@ -30,7 +30,7 @@ from ..emoji.features import load as load_encoder
 from ..emoji.records import load_metrics, update_metrics
 from ..engine import DecodeConfig, generate
 from ..neighbors import build_neighbor_table
-from ..pipeline import EMOJI_SETTINGS
+from ..presets import EMBEDDED, controls
 from ..sampling import SamplingConfig, probs_from_logits
 from .recognition import measure_known
 from .weights import caption_of, load_all
@@ -40,11 +40,12 @@ from .weights import caption_of, load_all
 NOTES_FILE = "quality_notes.md"
 
 #: Sampling used for every measurement: the app's emoji defaults.
+EMOJI_SETTINGS = controls(EMBEDDED)
 GRID_SAMPLING = {k: EMOJI_SETTINGS[k] for k in ("cfg_scale", "temperature", "top_k")}
 GAMMA = int(EMOJI_SETTINGS["gamma"])
 CONFIDENCE = float(EMOJI_SETTINGS["confidence"])
 DELTA, K = float(EMOJI_SETTINGS["delta"]), int(EMOJI_SETTINGS["k"])
-_CHAIN = dict(draft="chain", gamma=GAMMA, min_confidence=CONFIDENCE)
+_CHAIN = dict(draft="chain", gamma=GAMMA, confidence=CONFIDENCE)
 _SJD = dict(window=int(EMOJI_SETTINGS["window"]), init=str(EMOJI_SETTINGS["init"]), coupled=bool(EMOJI_SETTINGS["coupled"]))
 #: (label, DecodeConfig fields) measured for the card; each relaxed row follows its exact counterpart.
 SPEC_SETTINGS = (

@@ -38,6 +38,7 @@ from ..emoji.data import curate, load_dataset
 from ..emoji.features import load as load_encoder
 from ..emoji.self_samples import sample_tokens
 from ..engine import generate
+from ..presets import EMBEDDED, sampling as preset_sampling
 from ..sampling import SamplingConfig
 from ..text import ClassTextEncoder
 from .weights import caption_of, load_all
@@ -76,15 +77,13 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
     """Recognised samples of ``n`` training captions, sampled and greedy, with chance and the real images'
     own score (the encoder's ceiling) in the same groups. ``class_images`` [C, H, W, 3] uint8, the real
     image of each class of a ``ClassTextEncoder`` ``text``, adds ``class_ceiling`` (module docstring)."""
-    from ..pipeline import EMOJI_SETTINGS
 
     tr = ds.indices("train")
     idx = np.random.default_rng(seed).choice(tr, size=min(n, len(tr)), replace=False)
     prompts = [prompt_of(ds.captions[i]) for i in idx]
     ids, mask, _ = text.tokenize(prompts)
     text_feats = encoder.embed_texts(prompts)
-    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
-                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    sampled = preset_sampling(EMBEDDED)
     greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
     out = {"n": len(idx), "group": group, "seed": seed, "chance": len(idx) / group,
            "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale,
@@ -127,7 +126,6 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
     sampling, and greedily; ``relaxed`` (a ``DecodeConfig``, optional, with the drafter and neighbour
     table as ``(config, drafter, neighbors)``) adds a row decoded by that setting, prompt by prompt.
     """
-    from ..pipeline import EMOJI_SETTINGS
 
     h = emoji_styles.STYLE_NAMES.index(held_style)
     rows = np.nonzero(ds.style == h)[0]
@@ -135,8 +133,7 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
     prompts = [prompt_of(ds.captions[ds.item[r]]) for r in pick]
     ids, mask, _ = text.tokenize(prompts)
     text_feats = encoder.embed_texts(prompts)
-    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
-                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    sampled = preset_sampling(EMBEDDED)
     greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
     out = {"n": len(pick), "group": group, "seed": seed, "chance": len(pick) / group, "held_style": held_style,
            "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale, "temperature": sampled.temperature,
