@@ -102,8 +102,9 @@ def stage_card(out: Path, ds: emoji_data.StyledDataset, seed: int, s, log) -> di
     sampling = SamplingConfig(**GRID_SAMPLING)
     n_tok = gpt.cfg.grid**2
     background = load_metrics(out).get("tokens", {}).get("background_code")
-    neighbors = build_neighbor_table(vq.raw_codebook(), min(K, vq.codebook_size - 1))
-    configs = {label: DecodeConfig(sampling=sampling, **kw) for label, kw in SPEC_SETTINGS}
+    k = min(K, vq.codebook_size - 1)  # a smoke run's small codebook has fewer neighbours than the app's k
+    neighbors = build_neighbor_table(vq.raw_codebook(), k)
+    configs = {label: DecodeConfig(sampling=sampling, **{**kw, "k": k}) for label, kw in SPEC_SETTINGS}
 
     # sample grid and diversity: every example emoji, grid_seeds samples of the app's default setting
     grid, within, real_within = [], [], []
