@@ -4,7 +4,7 @@ Models are loaded here, at import (ZeroGPU style), before the page is built:
 the embedded ``emoji`` model when its weights are in ``assets/emoji``, else the
 untrained ``tiny-random`` model with a notice. Environment variables
 (LANTERN_PRESETS, LANTERN_DEFAULT_PRESET, LANTERN_PRELOAD, LANTERN_DEVICE, ...)
-are described in ``lantern_demo/ui.py`` and Spaces.md.
+are described in ``lantern_demo/ui/__init__.py`` and Spaces.md.
 """
 
 import os

@@ -20,7 +20,7 @@ bound by enumerating small vocabularies):
    accepted with (unnormalised) mass w_i = r_i(x_i) + r_i(B_i); on rejection x_i
    and B_i are removed from the residual. If all are rejected the token is drawn
    from the final residual. Output o satisfies TVD(p, o) <= sum_i r_i(B_i) <= delta
-   (joint convexity, see shared/design/lantern.md), and with delta = 0 (or k = 0)
+   (joint convexity), and with delta = 0 (or k = 0)
    o == p exactly: this is then EAGLE's exact multi-candidate rule.
    One uniform u per node realises the whole rule as a single inverse-CDF draw
    over [w_1, .., w_c, residual] (same law as drawing a uniform per candidate).
@@ -54,6 +54,18 @@ from torch import Tensor
 from .sampling import draw
 
 
+def check_relaxation(k: int, delta: float, lam: float | None, table_size: int | None = None) -> None:
+    """Raise ValueError unless 0 <= k (<= table_size, the neighbour table's columns, when
+    known), 0 <= delta <= 1 and lam (None = unused) >= 1: the ranges of every relaxation."""
+    if not 0.0 <= delta <= 1.0:
+        raise ValueError(f"delta must be in [0, 1], got {delta}")
+    if lam is not None and lam < 1.0:
+        raise ValueError(f"lambda must be >= 1, got {lam}")
+    if k < 0 or (table_size is not None and k > table_size):
+        top = "" if table_size is None else f", at most the neighbour table's {table_size}"
+        raise ValueError(f"k must be >= 0{top}, got {k}")
+
+
 @dataclass(frozen=True)
 class Relaxation:
     """LANTERN parameters.
@@ -70,12 +82,7 @@ class Relaxation:
     lam: float | None = None
 
     def __post_init__(self) -> None:
-        if not 0 <= self.k <= self.neighbors.shape[1]:
-            raise ValueError(f"k must be in [0, {self.neighbors.shape[1]}], got {self.k}")
-        if not 0.0 <= self.delta <= 1.0:
-            raise ValueError(f"delta must be in [0, 1], got {self.delta}")
-        if self.lam is not None and self.lam < 1.0:
-            raise ValueError(f"lambda must be >= 1, got {self.lam}")
+        check_relaxation(self.k, self.delta, self.lam, self.neighbors.shape[1])
 
     @property
     def table(self) -> Tensor:

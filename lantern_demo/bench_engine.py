@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from .drafter import Drafter
-from .engine import DecodeConfig, generate
+from .engine import generate
 from .gpt import GPT, GPTConfig
+from .methods import DecodeConfig
 from .neighbors import build_neighbor_table
 from .sampling import SamplingConfig
 
@@ -71,10 +72,10 @@ def default_configs(sampling: SamplingConfig) -> dict[str, DecodeConfig]:
     return {
         "ar": DecodeConfig("ar", sampling=sampling),
         "sd (chain 4)": DecodeConfig("sd", gamma=4, sampling=sampling),
-        "eagle (tree 59)": DecodeConfig("eagle", depth=5, top_k=10, total_tokens=59, sampling=sampling),
-        "lantern (tree 59, d=0.2 k=16)": DecodeConfig("lantern", depth=5, top_k=10, total_tokens=59, delta=0.2, k=16, sampling=sampling),
+        "eagle (tree 59)": DecodeConfig("eagle", depth=5, branching=10, tree_tokens=59, sampling=sampling),
+        "lantern (tree 59, d=0.2 k=16)": DecodeConfig("lantern", depth=5, branching=10, tree_tokens=59, delta=0.2, k=16, sampling=sampling),
         "lantern (chain 4, d=0.2 k=16)": DecodeConfig("lantern", draft="chain", gamma=4, delta=0.2, k=16, sampling=sampling),
-        "lantern++ (static 32, l=2 k=16)": DecodeConfig("lantern++", depth=5, top_k=6, total_tokens=32, lam=2.0, k=16, sampling=sampling),
+        "lantern++ (static 32, l=2 k=16)": DecodeConfig("lantern++", depth=5, branching=6, tree_tokens=32, lam=2.0, k=16, sampling=sampling),
     }
 
 

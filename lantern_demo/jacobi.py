@@ -20,16 +20,28 @@ drawn from, because the acceptance test min(1, p/q) needs it. Two kinds of draft
 Both kinds are exact draws from their stored q given everything the target's
 distribution at that position depends on, which is all the acceptance rule
 needs to be lossless (``tests/test_jacobi.py`` checks the sequence law).
+
+``decode_sjd`` is the SJD loop itself: one step verifies the pending token and the
+window in one causal target pass with the chain rule, commits the accepted drafts
+and the correction (or bonus) token, and turns the target distributions it computed
+past the rejection into the next window's drafts; fresh drafts pad the window back
+to its length.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Iterator
+
 import torch
 from torch import Tensor
 
-from .sampling import draw, pick
+from .acceptance import Relaxation, verify_chain
+from .protocol import Target
+from .sampling import SamplingConfig, draw, pick, probs_from_logits
+from .steps import Clock, Step, synced
 
-INITS = ("random", "left", "vertical")
+INITS = ("vertical", "left", "random")
 
 
 def one_hot(tokens: Tensor, vocab: int) -> Tensor:
@@ -92,3 +104,64 @@ def redraft(p: Tensor, old: Tensor, q_old: Tensor, coupled: bool, greedy: bool, 
     n = old.shape[0]
     law = torch.cat([maximal_coupling(old, q_old, p[:n]), p[n:]])
     return draw(law, u)
+
+
+def decode_sjd(
+    target: Target, token: int, num_tokens: int, window: int, init: str, coupled: bool, sampling: SamplingConfig,
+    relax: Relaxation | None, row_length: int, gen: torch.Generator, device: torch.device, clock: Clock,
+) -> Iterator[Step]:
+    """Speculative Jacobi decoding after the prefill's ``token`` 0 (see the module docstring).
+
+    Yields one ``Step`` per target pass. ``seq`` [num_tokens] holds the committed tokens
+    followed by the window's drafts; ``q`` [w, V] the distribution each draft was drawn from.
+    """
+    V = target.vocab_size
+    seq = torch.full((num_tokens,), -1, dtype=torch.long, device=device)
+    seq[0] = token
+    drafts = torch.zeros(0, dtype=torch.long, device=device)
+    q = torch.zeros(0, V, device=device)
+    committed, index = 1, 1
+    while committed < num_tokens:
+        t0 = time.perf_counter()
+        w = min(window, num_tokens - committed)
+        drafts, q = drafts[:w], q[:w]
+        if drafts.shape[0] < w:  # pad the window with fresh drafts
+            need = w - drafts.shape[0]
+            fresh, q_fresh = init_drafts(seq, committed + drafts.shape[0], need, init, V, row_length,
+                                         torch.rand(need, generator=gen))
+            drafts, q = torch.cat([drafts, fresh]), torch.cat([q, q_fresh])
+            seq[committed:committed + w] = drafts
+        tokens = torch.cat([seq[committed - 1:committed], drafts])
+        positions = torch.arange(committed - 1, committed + w, device=device)
+        t1 = synced(device)
+        logits, _ = target.forward(tokens, positions)
+        t2 = synced(device)
+        p = probs_from_logits(logits, sampling)  # [w + 1, V]: position committed + i
+        t3 = synced(device)
+
+        u = None if sampling.greedy else torch.rand(w + 1, generator=gen).to(device)
+        n_acc, last, tvd = verify_chain(p, q, drafts, relax, sampling.greedy, u)
+        out = drafts[:n_acc].tolist()
+        if committed + n_acc < num_tokens:
+            out.append(last)
+        t4 = synced(device)
+        target.keep(committed - 1, torch.arange(n_acc + 1, device=device))
+        seq[committed:committed + len(out)] = torch.tensor(out, device=device)
+        t5 = synced(device)
+
+        # the distributions past the rejection become the next window's drafts
+        stale = p[n_acc + 1:]
+        u = torch.rand(stale.shape[0], generator=gen).to(device)
+        drafts = redraft(stale, drafts[n_acc + 1:], q[n_acc + 1:], coupled, sampling.greedy, u)
+        q = stale
+        start = committed + len(out)
+        kept = min(drafts.shape[0], num_tokens - start)
+        seq[start:start + kept] = drafts[:kept]
+        t6 = synced(device)
+        source = list(range(1, n_acc + 1)) + [0] * (len(out) - n_acc)
+        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], clock.elapsed(),
+                              draft_time=(t1 - t0) + (t6 - t5), target_time=t2 - t1, sample_time=t3 - t2,
+                              accept_time=t4 - t3, cache_time=t5 - t4))
+        clock.release()
+        committed += len(out)
+        index += 1

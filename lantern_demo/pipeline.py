@@ -5,9 +5,10 @@
 random generator) is created by each call and never outlives it. A lock
 serialises generations on one pipeline, so a cancelled run (its generator
 closed mid-way) leaves the pipeline healthy: the next call starts with a fresh
-prefill.
+prefill. ``LanternPipeline.check`` is where a request's settings are checked
+against the pipeline (ranges, drafter, neighbour table) before anything runs.
 
-Presets (see ``lantern_demo.hub`` for the Hub ones):
+Presets (``presets.py``: their settings; ``hub.py``: where the Hub ones come from):
 - ``emoji``: the embedded default trained by us (``assets/emoji``), CPU friendly;
 - ``tiny-random``: random weights at the embedded model's shape, for tests and
   as a fallback while no trained weights are present;
@@ -20,7 +21,8 @@ says why the drafter-based ones are unavailable.
 
 Embedded layout (``assets/emoji``): ``target/`` and ``drafter/`` (config.json +
 model.safetensors, ``checkpoints.save_gpt`` / ``save_drafter``), ``vq/``
-(``VQModel.save_pretrained``), ``text_encoder/`` (``WordTextEncoder.save``).
+(``VQModel.save_pretrained``), ``text_encoder/`` (a ``WordTextEncoder`` or
+``ClassTextEncoder``, read by ``text.load_text_encoder``).
 """
 
 from __future__ import annotations
@@ -28,55 +30,31 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 import torch
 from PIL import Image
 from torch import Tensor
 
-from .engine import DecodeConfig, Step, decode, summarize
-from .gpt import GPT, Caption, GPTConfig
+from .checkpoints import load_drafter, load_gpt
 from .drafter import Drafter
-from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_preset, register_preset
+from .engine import decode
+from .gpt import GPT, Caption, GPTConfig
+from .hub import OPTIONAL_COMPONENTS, PRESETS, Preset, WeightsUnavailable, get_preset
+from .methods import TITLES, DecodeConfig
 from .neighbors import neighbor_table
-from .text import PromptNotice, TextEncoder, WordTextEncoder, load_text_encoder
+from .presets import EMBEDDED, TINY_RANDOM, settings
+from .steps import Step, summarize
+from .text import PromptNotice, T5TextEncoder, TextEncoder, WordTextEncoder, load_text_encoder
 from .vq import VQDecoder
 from .vq_net import VQDecoderConfig, VQDecoderNet
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-EMBEDDED = "emoji"
-TINY_RANDOM = "tiny-random"
 MAX_PROMPT_CHARS = 2000
-
-#: How the embedded model is shown and measured: the UI's defaults for the emoji preset,
-#: the model card's samples and measurements, the benchmark's default sampling. Chosen by
-#: measurement on 2 CPU cores (assets/emoji/README.md, docs/benchmarks.md).
-EMOJI_SETTINGS: dict[str, float | int | str] = {
-    "cfg_scale": 2.0, "temperature": 1.0, "top_k": 64,
-    "draft": "chain", "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 128,
-    "window": 16, "init": "vertical", "coupled": True,
-}
-
-register_preset(Preset(
-    name=EMBEDDED,
-    title="Emoji (embedded, tiny LlamaGen trained on OpenMoji)",
-    resolution=64,
-    grid=16,
-    local_dir=str(ASSETS / "emoji"),
-    notes="Runs on CPU; trained by lantern_demo.train.",
-), replace=True)
-register_preset(Preset(
-    name=TINY_RANDOM,
-    title="Tiny random model (untrained: images are noise)",
-    resolution=64,
-    grid=16,
-    notes="Random weights at the embedded model's shape; for tests and as a fallback.",
-), replace=True)
 
 
 class PresetUnavailable(RuntimeError):
-    """A preset cannot run here (no weights, or it needs a GPU); the message says why and what to do."""
+    """A preset (or a method's part of it) cannot run here: no weights, or it needs a GPU; the
+    message says why and what to do."""
 
 
 @dataclass
@@ -87,7 +65,7 @@ class Generation:
     -1 not yet, 0 sampled by the target, d >= 1 accepted draft at depth d.
     step_of: [N] verification step that committed each position (-1 not yet).
     image: the latest decoded image (partial or final) or None if not refreshed.
-    steps: all steps so far; stats: ``engine.summarize`` of them plus pipeline times.
+    steps: all steps so far; stats: ``steps.summarize`` of them plus pipeline times.
     """
 
     tokens: Tensor
@@ -132,6 +110,15 @@ class LanternPipeline:
     def max_k(self) -> int:
         return int(self.neighbors.shape[1])
 
+    def check(self, config: DecodeConfig) -> None:
+        """Raise ValueError for settings out of range (``DecodeConfig.validate``, k up to this
+        pipeline's neighbour table) and PresetUnavailable for a method whose drafter is missing."""
+        config.validate(self.max_k)
+        if config.needs_drafter and self.drafter is None:
+            raise PresetUnavailable(
+                f"{TITLES[config.method]} needs a drafter, and model {self.preset.name!r} has none here "
+                f"({self.drafter_missing}). Choose AR, SJD or SJD+LANTERN: they run without it.")
+
     def encode_prompt(self, prompt: str) -> tuple[Caption, list[str]]:
         """Prompt -> (GPT condition, notices for the user). Raises ValueError on an empty prompt."""
         if not isinstance(prompt, str) or not prompt.strip():
@@ -154,17 +141,13 @@ class LanternPipeline:
         of the elapsed time (the final image is always decoded); other events
         carry ``image=None``; each refresh decodes only the token rows generated so far
         (``VQDecoder.decode_partial``). The first event
-        comes right after the prefill. ``stats`` (``engine.summarize`` and the
+        comes right after the prefill. ``stats`` (``steps.summarize`` and the
         pipeline's times, s) is filled in the last event only: decode_time, the
         partial VQ decodes; stream_time, all the pipeline's work between the
         engine's steps (recording each step, partial decodes; decode_time included,
         the consumer's time excluded); final_decode_time; end_to_end_time.
         """
-        config.validate()
-        if config.needs_drafter and self.drafter is None:
-            raise PresetUnavailable(
-                f"Method {config.method!r} needs the drafter of preset {self.preset.name!r}, which is unavailable: "
-                f"{self.drafter_missing}. The drafter-free methods (AR, SJD, SJD+LANTERN) run without it.")
+        self.check(config)
         cond, notices = self.encode_prompt(prompt)
         n = self.num_tokens
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
@@ -241,25 +224,20 @@ def _load(preset: Preset, device: torch.device) -> LanternPipeline:
     except WeightsUnavailable as err:
         raise PresetUnavailable(f"Preset {preset.name!r}: {err}") from err
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    from .checkpoints import load_drafter, load_gpt
-
     target = load_gpt(paths["target"], device=device, dtype=dtype).eval()
     drafter, drafter_missing = None, None
     try:
         drafter = load_drafter(preset.fetch("drafter"), target=target, device=device, dtype=dtype).eval()
     except WeightsUnavailable as err:
         drafter_missing = str(err)
-    if preset.local_dir is not None:
+    spec = settings(preset)
+    if spec.text_encoder == "saved":  # our own layout (assets/emoji)
         vq = VQDecoder.from_pretrained(paths["vq"], preset.grid, device=device)
         text: TextEncoder = load_text_encoder(paths["text_encoder"], device=device).eval()
-        max_k = 128
-    else:
-        from .text import T5TextEncoder
-
+    else:  # LlamaGen's public checkpoints
         vq = VQDecoder.from_llamagen(paths["vq"], preset.grid, device=device)
         text = T5TextEncoder.from_pretrained(paths["text_encoder"], device=device, dtype=dtype)
-        max_k = 1000
-    neighbors = neighbor_table(vq.raw_codebook().to(device), max_k)
+    neighbors = neighbor_table(vq.raw_codebook().to(device), spec.max_k)
     return LanternPipeline(preset, text, target, drafter, vq, neighbors, device, drafter_missing)
 
 

@@ -17,7 +17,6 @@ anything that imports torch. Nothing here imports torch.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 try:  # pragma: no cover - depends on the environment
@@ -27,9 +26,6 @@ try:  # pragma: no cover - depends on the environment
 except ImportError:
     _spaces = None
     HAVE_SPACES = False
-
-#: True on a ZeroGPU Space (the runtime sets SPACES_ZERO_GPU).
-ZERO_GPU = HAVE_SPACES and os.environ.get("SPACES_ZERO_GPU", "").lower() in {"1", "true"}
 
 
 def GPU(fn: Callable | None = None, **kwargs: Any):  # noqa: N802 (mirrors spaces.GPU)

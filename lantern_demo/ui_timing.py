@@ -32,6 +32,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from gradio_client import Client
+
 # the app's API names (imports gradio and torch here, before the server starts, so that
 # the import does not overlap the server's start-up or the timed runs)
 from .ui import INPUT_NAMES, OUTPUT_NAMES
@@ -129,8 +131,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error(f"--repeats must be at least 5 (medians of fewer runs are too noisy), got {args.repeats}")
-    from gradio_client import Client
-
     args.json.parent.mkdir(parents=True, exist_ok=True)
     log_path = args.json.with_suffix(".server.log")
     port = _free_port()

@@ -28,10 +28,11 @@ import torch  # noqa: E402
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from lantern_demo.engine import DecodeConfig  # noqa: E402
+from lantern_demo.methods import DecodeConfig  # noqa: E402
 from lantern_demo.pipeline import load_pipeline  # noqa: E402
 from lantern_demo.sampling import SamplingConfig  # noqa: E402
-from lantern_demo.ui import AUTO_DRAFT, INPUT_NAMES, OUTPUT_NAMES  # noqa: E402
+from lantern_demo.methods import DEFAULT_DRAFT  # noqa: E402
+from lantern_demo.ui import INPUT_NAMES, OUTPUT_NAMES  # noqa: E402
 
 # small drafting shapes keep every run around a second on 2 CPU cores
 BASE = dict(prompt="a red cat", model="tiny-random", method="lantern", baseline="ar", seed=3, randomize_seed=False,
@@ -57,9 +58,9 @@ def _is_update(value) -> bool:
 def _reference(**overrides):
     """The same generation run directly on the cached pipeline (what the engine says)."""
     v = {**BASE, **overrides}
-    cfg = DecodeConfig(v["method"], draft=AUTO_DRAFT.get(v["method"]), gamma=v["gamma"],
-                       min_confidence=v["confidence"], depth=v["depth"],
-                       top_k=v["branching"], total_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
+    cfg = DecodeConfig(v["method"], draft=DEFAULT_DRAFT.get(v["method"]), gamma=v["gamma"],
+                       confidence=v["confidence"], depth=v["depth"],
+                       branching=v["branching"], tree_tokens=v["tree_tokens"], delta=v["delta"], k=v["k"], lam=v["lam"],
                        window=v["window"], init=v["init"], coupled=v["coupled"], sampling=SamplingConfig(v["cfg_scale"], v["temperature"], v["top_k"], v["top_p"]))
     return load_pipeline("tiny-random", "cpu")(v["prompt"], cfg, seed=v["seed"])
 
@@ -240,16 +241,17 @@ def test_a_model_without_its_drafter_offers_the_drafter_free_methods(monkeypatch
 
     from lantern_demo import ui
     from lantern_demo.pipeline import tiny_random_pipeline
+    from lantern_demo.ui import models as registry
 
     pipe = tiny_random_pipeline()
     pipe.drafter, pipe.drafter_missing = None, "the drafter weights are missing (test)"
     models = ui.Models(["no-drafter"], {"no-drafter": None}, {"no-drafter": pipe}, "no-drafter", torch.device("cpu"))
-    monkeypatch.setattr(ui, "_MODELS", models)
-    values = ui.preset_values("no-drafter")
+    monkeypatch.setattr(registry, "_MODELS", models)
+    values = models.values("no-drafter")
     assert (values["method"], values["baseline"]) == ("sjd+lantern", "sjd")
     assert "No drafter here" in models.notice("no-drafter") and "missing (test)" in models.notice("no-drafter")
     for method, baseline in (("lantern", "none"), ("sjd+lantern", "sd")):
         with pytest.raises(gr.Error, match="needs a drafter.*missing \\(test\\).*Choose AR, SJD or SJD\\+LANTERN"):
-            ui.build_request(*_args(model="no-drafter", method=method, baseline=baseline))
-    req = ui.build_request(*_args(model="no-drafter", method="sjd+lantern", baseline="sjd"))
+            ui.build_request(dict(zip(INPUT_NAMES, _args(model="no-drafter", method=method, baseline=baseline))))
+    req = ui.build_request(dict(zip(INPUT_NAMES, _args(model="no-drafter", method="sjd+lantern", baseline="sjd"))))
     assert req.config.shape == req.baseline.shape == "window" and req.config.coupled

@@ -97,7 +97,7 @@ def test_committed_eval_encoder_loads():
 def _preset() -> str:
     if os.environ.get("LANTERN_BENCH_PRESET"):
         return os.environ["LANTERN_BENCH_PRESET"]
-    from lantern_demo.bench.run import default_preset
+    from lantern_demo.bench.settings import default_preset
 
     return default_preset()
 
@@ -170,7 +170,7 @@ def test_quick_schema(quick):
 
 def test_update_docs_replaces_only_its_sections(quick, tmp_path):
     from lantern_demo.bench.paired import phrase
-    from lantern_demo.bench.run import DOCS_END, DOCS_START, HEADLINE_END, HEADLINE_START, update_docs
+    from lantern_demo.bench.report import DOCS_END, DOCS_START, HEADLINE_END, HEADLINE_START, update_docs
 
     out, res, _ = quick
     (tmp_path / "docs").mkdir()
@@ -236,7 +236,7 @@ def _strip_timings(res: dict) -> dict:
 
 def test_emoji_prompt_splits():
     """--split picks captions of held-out or of training emojis, and reports their dataset indices."""
-    from lantern_demo.bench.run import prompt_set
+    from lantern_demo.bench.settings import prompt_set
 
     held, held_idx, ds, held_desc = prompt_set("emoji", 5, 0, None, None)
     train, train_idx, _, train_desc = prompt_set("emoji", 5, 0, None, None, split="train")

@@ -13,7 +13,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from lantern_demo.engine import DecodeConfig, decode, generate
+from lantern_demo.engine import decode, generate
+from lantern_demo.methods import DecodeConfig
 from lantern_demo.sampling import SamplingConfig, probs_from_logits
 from toy import ToyModel, toy_neighbors, toy_pair
 
@@ -21,12 +22,12 @@ GREEDY = SamplingConfig(cfg_scale=2.0, temperature=0.0)
 
 SPEC_CONFIGS = {
     "sd": DecodeConfig("sd", gamma=3),
-    "sd-confidence": DecodeConfig("sd", gamma=3, min_confidence=0.6),
-    "eagle": DecodeConfig("eagle", depth=3, top_k=3, total_tokens=8),
-    "lantern-tree": DecodeConfig("lantern", depth=3, top_k=3, total_tokens=8, delta=0.0, k=3),
+    "sd-confidence": DecodeConfig("sd", gamma=3, confidence=0.6),
+    "eagle": DecodeConfig("eagle", depth=3, branching=3, tree_tokens=8),
+    "lantern-tree": DecodeConfig("lantern", depth=3, branching=3, tree_tokens=8, delta=0.0, k=3),
     "lantern-chain": DecodeConfig("lantern", draft="chain", gamma=3, delta=0.0, k=3),
-    "lantern++": DecodeConfig("lantern++", depth=3, top_k=3, total_tokens=7, lam=1.0, k=3),
-    "eagle-static": DecodeConfig("eagle", draft="static", depth=3, top_k=2, total_tokens=7),
+    "lantern++": DecodeConfig("lantern++", depth=3, branching=3, tree_tokens=7, lam=1.0, k=3),
+    "eagle-static": DecodeConfig("eagle", draft="static", depth=3, branching=2, tree_tokens=7),
 }
 
 
@@ -59,9 +60,9 @@ def exact_sequence_law(target: ToyModel, cond: int, n: int, sampling: SamplingCo
 CHI_CONFIGS = {
     "ar": DecodeConfig("ar"),
     "sd": DecodeConfig("sd", gamma=2),
-    "sd-confidence": DecodeConfig("sd", gamma=2, min_confidence=0.5),
-    "eagle": DecodeConfig("eagle", depth=2, top_k=2, total_tokens=5),
-    "lantern-delta0": DecodeConfig("lantern", depth=2, top_k=2, total_tokens=5, delta=0.0, k=2),
+    "sd-confidence": DecodeConfig("sd", gamma=2, confidence=0.5),
+    "eagle": DecodeConfig("eagle", depth=2, branching=2, tree_tokens=5),
+    "lantern-delta0": DecodeConfig("lantern", depth=2, branching=2, tree_tokens=5, delta=0.0, k=2),
     "lantern-chain-delta0": DecodeConfig("lantern", draft="chain", gamma=2, delta=0.0, k=2),
 }
 
@@ -95,7 +96,7 @@ def test_relaxation_speeds_up_and_stays_within_budget():
     exact = relaxed = 0.0
     for seed in range(6):
         target, drafter = toy_pair(vocab, seed, noise=1.5)
-        base = DecodeConfig("eagle", depth=3, top_k=3, total_tokens=10, sampling=sampling)
+        base = DecodeConfig("eagle", depth=3, branching=3, tree_tokens=10, sampling=sampling)
         exact += generate(target, drafter, seed, base, n, seed=seed).stats["mean_accepted"]
         res = generate(target, drafter, seed, replace(base, method="lantern", delta=0.4, k=6), n, seed=seed, neighbors=nbr)
         relaxed += res.stats["mean_accepted"]
@@ -122,7 +123,7 @@ def test_min_confidence_shortens_chains():
     sampling = SamplingConfig(cfg_scale=1.0, temperature=1.0)
     drafted = {}
     for c in (0.0, 0.3, 0.99):
-        config = DecodeConfig("sd", gamma=4, min_confidence=c, sampling=sampling)
+        config = DecodeConfig("sd", gamma=4, confidence=c, sampling=sampling)
         steps = generate(target, drafter, 4, config, n, seed=0).steps[1:]
         drafted[c] = [s.drafted for s in steps]
         # a step drafts one token, then one more per drafter pass while confident
@@ -135,7 +136,7 @@ def test_min_confidence_shortens_chains():
 def test_steps_describe_the_run():
     vocab, n = 10, 20
     target, drafter = toy_pair(vocab, 2, noise=0.5)
-    config = DecodeConfig("lantern", depth=3, top_k=3, total_tokens=8, delta=0.3, k=4)
+    config = DecodeConfig("lantern", depth=3, branching=3, tree_tokens=8, delta=0.3, k=4)
     steps = list(decode(target, drafter, 2, config, n, seed=0, neighbors=toy_neighbors(vocab)))
     assert steps[0].start == 0 and len(steps[0].tokens) == 1  # the prefill's token
     pos = 0
@@ -158,12 +159,22 @@ def test_bad_configs_are_rejected():
         generate(target, drafter, 0, DecodeConfig("lantern"), 4)
     with pytest.raises(ValueError, match="drafter"):
         generate(target, None, 0, DecodeConfig("sd"), 4)
-    with pytest.raises(ValueError, match="min_confidence"):
-        generate(target, drafter, 0, DecodeConfig("sd", min_confidence=1.0), 4)
+    with pytest.raises(ValueError, match="confidence"):
+        generate(target, drafter, 0, DecodeConfig("sd", confidence=1.0), 4)
     with pytest.raises(ValueError, match="delta"):
         generate(target, drafter, 0, DecodeConfig("lantern", delta=2.0), 4, neighbors=toy_neighbors(4))
     with pytest.raises(ValueError, match="gamma"):
         generate(target, drafter, 0, DecodeConfig("sd", gamma=0), 4)
+
+
+def test_k_beyond_the_neighbour_table_is_an_error_not_a_silent_cap():
+    target, drafter = toy_pair(4, 0)
+    table = toy_neighbors(4)  # [4, 3]
+    with pytest.raises(ValueError, match="k must be .* neighbour table's 3, got 5"):
+        generate(target, drafter, 0, DecodeConfig("lantern", k=5), 4, neighbors=table)
+    assert generate(target, drafter, 0, DecodeConfig("lantern", k=3), 4, neighbors=table).stats["tokens"] == 4
+    # an exact method ignores k
+    assert generate(target, drafter, 0, DecodeConfig("sd", k=5), 4, neighbors=table).stats["tokens"] == 4
 
 
 @pytest.mark.parametrize("name", ["ar", "sd", "eagle", "lantern-chain", "sjd"])

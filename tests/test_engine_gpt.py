@@ -13,17 +13,18 @@ import pytest
 import torch
 
 from lantern_demo.bench_engine import tiny_random_pair
-from lantern_demo.engine import DecodeConfig, generate
+from lantern_demo.engine import generate
+from lantern_demo.methods import DecodeConfig
 from lantern_demo.neighbors import build_neighbor_table
 from lantern_demo.sampling import SamplingConfig
 
 GREEDY = SamplingConfig(cfg_scale=3.0, temperature=0.0)
 CONFIGS = [
     DecodeConfig("sd", gamma=4),
-    DecodeConfig("eagle", depth=4, top_k=4, total_tokens=16),
-    DecodeConfig("lantern", depth=4, top_k=4, total_tokens=16, delta=0.0, k=8),
+    DecodeConfig("eagle", depth=4, branching=4, tree_tokens=16),
+    DecodeConfig("lantern", depth=4, branching=4, tree_tokens=16, delta=0.0, k=8),
     DecodeConfig("lantern", draft="chain", gamma=5, delta=0.0, k=8),
-    DecodeConfig("lantern++", depth=4, top_k=3, total_tokens=12, lam=1.0, k=8),
+    DecodeConfig("lantern++", depth=4, branching=3, tree_tokens=12, lam=1.0, k=8),
     DecodeConfig("sjd", window=8, init="vertical"),
     DecodeConfig("sjd+lantern", window=8, init="left", coupled=True, delta=0.0, k=8),
 ]
@@ -51,7 +52,7 @@ def test_sampled_runs_are_deterministic_and_relaxation_helps(models):
     target, drafter, cond, nb = models
     n = target.cfg.grid**2
     sampling = SamplingConfig(cfg_scale=3.0, temperature=1.0)
-    base = DecodeConfig("eagle", depth=4, top_k=4, total_tokens=16, sampling=sampling)
+    base = DecodeConfig("eagle", depth=4, branching=4, tree_tokens=16, sampling=sampling)
     runs = [generate(target, drafter, cond, base, n, seed=3).tokens for _ in range(2)]
     assert torch.equal(*runs)
     exact = sum(generate(target, drafter, cond, base, n, seed=s).stats["nfe"] for s in range(3))

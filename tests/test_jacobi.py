@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lantern_demo.engine import DecodeConfig, generate
+from lantern_demo.engine import generate
+from lantern_demo.methods import DecodeConfig
 from lantern_demo.jacobi import init_drafts, maximal_coupling, redraft
 from lantern_demo.sampling import SamplingConfig
 from test_acceptance import dirichlet

@@ -4,10 +4,11 @@
 import pytest
 import torch
 
-from lantern_demo.engine import METHODS, DecodeConfig
+from lantern_demo.methods import METHODS, DecodeConfig
 from lantern_demo import pipeline
 from lantern_demo.hub import PRESETS, Preset
-from lantern_demo.pipeline import ASSETS, PresetUnavailable, load_pipeline, preset_status, tiny_random_pipeline
+from lantern_demo.pipeline import PresetUnavailable, load_pipeline, preset_status, tiny_random_pipeline
+from lantern_demo.presets import ASSETS
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def pipe():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_end_to_end(pipe, method):
-    config = DecodeConfig(method, k=8, depth=3, top_k=3, total_tokens=10)
+    config = DecodeConfig(method, k=8, depth=3, branching=3, tree_tokens=10)
     events = list(pipe.stream("a red cat", config, seed=1))
     final = events[-1]
     assert final.done and final.image is not None
@@ -83,5 +84,5 @@ def test_a_preset_without_its_drafter_runs_the_drafter_free_methods(tmp_path, mo
     for method in ("ar", "sjd", "sjd+lantern"):
         final = pipe("grinning face", DecodeConfig(method, window=8, k=16), seed=0)
         assert final.done and final.stats["tokens"] == 256
-    with pytest.raises(PresetUnavailable, match="needs the drafter.*SJD"):
+    with pytest.raises(PresetUnavailable, match="needs a drafter.*SJD"):
         pipe("grinning face", DecodeConfig("sd"), seed=0)

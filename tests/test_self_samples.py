@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lantern_demo.bench_engine import tiny_random_pair
-from lantern_demo.engine import DecodeConfig, generate
+from lantern_demo.engine import generate
+from lantern_demo.methods import DecodeConfig
 from lantern_demo.gpt import Caption
 from lantern_demo.sampling import SamplingConfig, probs_from_logits
 from lantern_demo.train.self_samples import sample_batch

@@ -6,7 +6,7 @@ the first r token rows of the real emoji.
 
 For each r the real image's VQ tokens (with the background rule, as the GPT was
 trained) fill rows 0..r-1, the GPT samples the rest with the app's sampling
-(``pipeline.EMOJI_SETTINGS``; ``--temperature 0`` for greedy), and the benchmark's
+(``presets.sampling("emoji")``; ``--temperature 0`` for greedy), and the benchmark's
 eval encoder ranks the prompt among its group of 32 (retrieval top-1, as
 ``--split train`` of the benchmark does for whole samples). r = 0 is plain
 sampling; the real images and their decoded VQ tokens are the ceilings. It tells
@@ -15,7 +15,7 @@ high once the object is started) and not being able to draw it (low even with
 half the image given).
 
 Prompts: training captions by default (``--split heldout`` for unseen emojis),
-chosen like the benchmark's (``bench.run.prompt_set``). Samples are drawn in
+chosen like the benchmark's (``bench.settings.prompt_set``). Samples are drawn in
 batches (``train.self_samples.sample_batch``), so 128 prompts and five values of
 r take about a minute on two CPU cores.
 """
@@ -108,17 +108,20 @@ def table(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..pipeline import EMOJI_SETTINGS, load_pipeline
+    from ..pipeline import load_pipeline
+    from ..presets import EMBEDDED, sampling as preset_sampling
     from .features import load as load_encoder
-    from .run import prompt_set
+    from .settings import prompt_set
+
+    emoji = preset_sampling(EMBEDDED)
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="0,3,5,7,9", help="comma list of prefix rows r (0..grid)")
     ap.add_argument("--num-prompts", type=int, default=128)
     ap.add_argument("--split", choices=("train", "heldout"), default="train")
-    ap.add_argument("--temperature", type=float, default=float(EMOJI_SETTINGS["temperature"]), help="0: greedy")
-    ap.add_argument("--cfg-scale", type=float, default=float(EMOJI_SETTINGS["cfg_scale"]))
-    ap.add_argument("--top-k", type=int, default=int(EMOJI_SETTINGS["top_k"]))
+    ap.add_argument("--temperature", type=float, default=emoji.temperature, help="0: greedy")
+    ap.add_argument("--cfg-scale", type=float, default=emoji.cfg_scale)
+    ap.add_argument("--top-k", type=int, default=emoji.top_k)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--data", type=Path, default=None, help="emoji dataset cache dir")

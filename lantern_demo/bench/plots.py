@@ -14,11 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 
+from ..methods import BASELINES
 from .paired import speedup
 
-_MARK = {"ar": "s", "sd": "^", "eagle": "D", "sjd": "*"}
+matplotlib.use("Agg")  # files only: no display
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+#: Marker of each exact reference, plotted as a single point.
+_MARK = dict(zip(BASELINES, ("s", "^", "D", "*", "v", "P", "h")))
 
 
 def _x(r: dict[str, Any]) -> float:
@@ -31,17 +37,7 @@ def _label(r: dict[str, Any]) -> str:
     return r["method"] + (" coupled" if r["params"].get("coupled") else "")
 
 
-def _mpl():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def tradeoff(result: dict[str, Any], path: Path) -> None:
-    plt = _mpl()
     rows = result["rows"]
     metrics = [("nll", "NLL under the guided target (nats/token)", "nll_se")]
     if any("fd" in r["summary"] for r in rows):
@@ -106,7 +102,6 @@ def tradeoff(result: dict[str, Any], path: Path) -> None:
 
 
 def accepted_hist(result: dict[str, Any], path: Path) -> None:
-    plt = _mpl()
     rows = [r for r in result["rows"] if r["method"] != "ar"]
     if not rows:
         return
@@ -133,7 +128,6 @@ def accepted_hist(result: dict[str, Any], path: Path) -> None:
 
 
 def samples(result: dict[str, Any], images: dict[str, list[np.ndarray]], path: Path, n: int = 8) -> None:
-    plt = _mpl()
     rows = result["rows"]
     names = [r["name"] for r in rows if not r["params"]]
     names += [r["name"] for r in rows if r["method"] == "sjd+lantern"][-1:]

@@ -9,7 +9,7 @@ one thread. The parent sends them the same requests in alternating order (old fi
 even repeats, new first on odd ones), so drifting background load hits both alike, and
 only one worker computes at a time.
 
-Per method (the app's emoji defaults, ``ui.DEFAULTS`` + ``ui.PRESET_DEFAULTS["emoji"]``)
+Per method (the app's emoji defaults, ``presets.controls("emoji")``)
 and prompt (``ui.EXAMPLES``, seed = the prompt's index): the engine's wall time of a
 whole image (``engine.generate``, prefill to last token), median over repeats; the
 speed-up is the geometric mean over prompts of the per-prompt ratio old / new with a
@@ -44,8 +44,22 @@ MATMUL_N = 1024
 # ----------------------------------------------------------------------------- worker (runs inside one tree)
 
 
-def _app_configs(ui: Any, engine: Any, sampling_mod: Any) -> dict[str, Any]:
-    """The DecodeConfig the app builds for each method with the emoji preset's defaults (see ``ui``)."""
+def _app_configs() -> dict[str, Any]:
+    """The DecodeConfig the app builds for each method with the emoji preset's defaults, in the
+    worker's tree: ``presets`` where the tree has it, else the older layout's ``ui.DEFAULTS``
+    and ``ui.PRESET_DEFAULTS``."""
+    try:
+        from lantern_demo import methods, presets
+    except ImportError:  # an older tree
+        return _old_app_configs()
+    values = presets.controls(presets.EMBEDDED)
+    return {m: methods.DecodeConfig.from_values(values, method=m) for m in methods.METHODS}
+
+
+def _old_app_configs() -> dict[str, Any]:
+    """``_app_configs`` for a tree from before ``presets.py``."""
+    from lantern_demo import engine, sampling as sampling_mod, ui
+
     d = {**ui.DEFAULTS, **ui.PRESET_DEFAULTS["emoji"]}
     sampling = sampling_mod.SamplingConfig(cfg_scale=float(d["cfg_scale"]), temperature=float(d["temperature"]),
                                            top_k=int(d["top_k"]), top_p=float(d["top_p"]))
@@ -78,12 +92,12 @@ def worker(root: str, assets: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from lantern_demo import engine, pipeline, sampling, ui  # the tree's own modules
+    from lantern_demo import engine, hub, pipeline  # the tree's own modules
 
-    pipeline.register_preset(pipeline.Preset(name="emoji", title="emoji", resolution=64, grid=16,
-                                             local_dir=assets), replace=True)
+    hub.register_preset(hub.Preset(name="emoji", title="emoji", resolution=64, grid=16, local_dir=assets),
+                        replace=True)
     pipe = pipeline.load_pipeline("emoji", "cpu")
-    configs = _app_configs(ui, engine, sampling)
+    configs = _app_configs()
     target_log: list = []
     drafter_log: list = []
     forward = pipe.target.forward

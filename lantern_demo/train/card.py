@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..pipeline import EMOJI_SETTINGS
+from ..presets import EMBEDDED, controls
 from . import emoji_data, emoji_styles
 
 #: The model card's "Quality notes" come from this file in the output folder: what a person
@@ -31,11 +31,12 @@ from . import emoji_data, emoji_styles
 NOTES_FILE = "quality_notes.md"
 
 #: Sampling used for every measurement: the app's emoji defaults.
+EMOJI_SETTINGS = controls(EMBEDDED)
 GRID_SAMPLING = {k: EMOJI_SETTINGS[k] for k in ("cfg_scale", "temperature", "top_k")}
 GAMMA = int(EMOJI_SETTINGS["gamma"])
 CONFIDENCE = float(EMOJI_SETTINGS["confidence"])
 DELTA, K = float(EMOJI_SETTINGS["delta"]), int(EMOJI_SETTINGS["k"])
-_CHAIN = dict(draft="chain", gamma=GAMMA, min_confidence=CONFIDENCE)
+_CHAIN = dict(draft="chain", gamma=GAMMA, confidence=CONFIDENCE)
 _SJD = dict(window=int(EMOJI_SETTINGS["window"]), init=str(EMOJI_SETTINGS["init"]), coupled=bool(EMOJI_SETTINGS["coupled"]))
 #: (label, DecodeConfig fields) measured for the card; each relaxed row follows its exact counterpart.
 SPEC_SETTINGS = (
@@ -124,8 +125,9 @@ def stage_card(out: Path, ds: emoji_data.StyledDataset, seed: int, s, log) -> di
     sampling = SamplingConfig(**GRID_SAMPLING)
     n_tok = gpt.cfg.grid**2
     background = load_metrics(out).get("tokens", {}).get("background_code")
-    neighbors = build_neighbor_table(vq.raw_codebook(), min(K, vq.codebook_size - 1))
-    configs = {label: DecodeConfig(sampling=sampling, **kw) for label, kw in SPEC_SETTINGS}
+    k = min(K, vq.codebook_size - 1)  # a smoke run's small codebook has fewer neighbours than the app's k
+    neighbors = build_neighbor_table(vq.raw_codebook(), k)
+    configs = {label: DecodeConfig(sampling=sampling, **{**kw, "k": k}) for label, kw in SPEC_SETTINGS}
 
     # sample grid and diversity: every example emoji, grid_seeds samples of the app's default setting
     grid, within, real_within = [], [], []

@@ -68,7 +68,7 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
     """Recognised samples of ``n`` training captions, sampled and greedy, with chance and the real images'
     own score (the encoder's ceiling) in the same groups. ``class_images`` [C, H, W, 3] uint8, the real
     image of each class of a ``ClassTextEncoder`` ``text``, adds ``class_ceiling`` (module docstring)."""
-    from ..pipeline import EMOJI_SETTINGS
+    from ..presets import EMBEDDED, sampling as preset_sampling
     from ..sampling import SamplingConfig
     from .self_samples import sample_tokens
 
@@ -77,8 +77,7 @@ def measure(gpt, text, vq, ds, encoder, n: int = N_PROMPTS, group: int = GROUP, 
     prompts = [prompt_of(ds.captions[i]) for i in idx]
     ids, mask, _ = text.tokenize(prompts)
     text_feats = encoder.embed_texts(prompts)
-    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
-                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    sampled = preset_sampling(EMBEDDED)
     greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
     out = {"n": len(idx), "group": group, "seed": seed, "chance": len(idx) / group,
            "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale,
@@ -125,7 +124,7 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
     table as ``(config, drafter, neighbors)``) adds a row decoded by that setting, prompt by prompt.
     """
     from ..engine import generate
-    from ..pipeline import EMOJI_SETTINGS
+    from ..presets import EMBEDDED, sampling as preset_sampling
     from ..sampling import SamplingConfig
     from . import emoji_styles
     from .card import caption_of
@@ -137,8 +136,7 @@ def measure_known(gpt, text, vq, ds, encoder, held_style: str, n: int = N_PROMPT
     prompts = [prompt_of(ds.captions[ds.item[r]]) for r in pick]
     ids, mask, _ = text.tokenize(prompts)
     text_feats = encoder.embed_texts(prompts)
-    sampled = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
-                             temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    sampled = preset_sampling(EMBEDDED)
     greedy = SamplingConfig(cfg_scale=sampled.cfg_scale, temperature=0.0, top_k=sampled.top_k)
     out = {"n": len(pick), "group": group, "seed": seed, "chance": len(pick) / group, "held_style": held_style,
            "prompt": "an emoji of <main name>", "cfg_scale": sampled.cfg_scale, "temperature": sampled.temperature,

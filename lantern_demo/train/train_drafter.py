@@ -178,14 +178,12 @@ def top1_agreement(gpt, drafter, text, ids, cap_ids, cap_mask, batch: int = 64) 
 def draw_self_samples(gpt, text, bank, train_idx: np.ndarray, n: int, seed: int, log=print):
     """``n`` samples of the target on the conditioning (``bank``) of random training rows, at the
     emoji preset's sampling settings. Returns (ids [n, N], cap_ids [n, L], cap_mask [n, L])."""
-    from ..pipeline import EMOJI_SETTINGS
-    from ..sampling import SamplingConfig
+    from ..presets import EMBEDDED, sampling as preset_sampling
     from .self_samples import sample_tokens
 
     g = torch.Generator().manual_seed(seed + 2)
     tr = torch.as_tensor(train_idx, dtype=torch.long)
     items = tr[torch.randint(0, len(tr), (n,), generator=g)]
     cap_ids, cap_mask = bank.sample(items, g)
-    sampling = SamplingConfig(cfg_scale=float(EMOJI_SETTINGS["cfg_scale"]),
-                              temperature=float(EMOJI_SETTINGS["temperature"]), top_k=int(EMOJI_SETTINGS["top_k"]))
+    sampling = preset_sampling(EMBEDDED)
     return sample_tokens(gpt, text, cap_ids, cap_mask, sampling, seed=seed + 3, log=log), cap_ids, cap_mask

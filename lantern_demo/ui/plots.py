@@ -1,7 +1,7 @@
 """Pictures, chart data, tables and log lines shown by the app (no Gradio here).
 
-Everything takes the pipeline's own records (``engine.Step`` lists, the
-``Generation`` grids, ``engine.summarize`` statistics) and only formats them.
+Everything takes the pipeline's own records (``steps.Step`` lists, the
+``Generation`` grids, ``steps.summarize`` statistics) and only formats them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 from torch import Tensor
 
-from .engine import Step
+from ..steps import Step
 
 #: Colours of the token map. Depth d >= 1 uses DEPTH_COLOURS[min(d, len) - 1].
 PENDING_COLOUR = (236, 236, 236)
@@ -51,14 +51,6 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default(size=size)
     except (TypeError, OSError):  # Pillow without FreeType: fixed bitmap font
         return ImageFont.load_default()
-
-
-def depth_colour(depth: int) -> tuple[int, int, int]:
-    if depth < 0:
-        return PENDING_COLOUR
-    if depth == 0:
-        return TARGET_COLOUR
-    return DEPTH_COLOURS[min(depth, len(DEPTH_COLOURS)) - 1]
 
 
 @lru_cache(maxsize=2048)
@@ -177,7 +169,7 @@ STATS_COLUMNS = ["run", "wall time (s)", "target passes", "tokens / pass", "spee
 
 
 def stats_row(run: str, stats: dict[str, float], speedup: float | None) -> list:
-    """A row of the statistics table (``STATS_COLUMNS``) from ``engine.summarize`` statistics."""
+    """A row of the statistics table (``STATS_COLUMNS``) from ``steps.summarize`` statistics."""
     return [
         run,
         round(stats.get("wall_time", 0.0), 3),
