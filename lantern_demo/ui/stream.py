@@ -8,8 +8,6 @@ when only the method's settings changed).
 
 from __future__ import annotations
 
-from ..spaces_compat import GPU  # noqa: I001  (before torch, for ZeroGPU)
-
 import collections
 import contextlib
 import dataclasses
@@ -21,6 +19,7 @@ from typing import Any, Callable, Iterator
 import gradio as gr
 
 from ..methods import RELAXED, DecodeConfig
+from ..spaces_compat import GPU
 from . import models as registry
 from . import plots
 from .request import OUTPUT_NAMES, Request, alive_check, build_request, describe, titles
