@@ -1,6 +1,6 @@
 """Loading and saving LlamaGen T2I GPT and LANTERN drafter checkpoints from local paths.
 
-Layouts (see ``/work/shared/design/llamagen-formats.md``):
+Layouts:
 
 * **native**: ``GPT.state_dict()`` keys, i.e. HF-style names without ``model.``:
   ``embed_tokens.weight``, ``cls_embedding.cap_proj.fc1.weight``,

@@ -507,7 +507,7 @@ class GPT(nn.Module):
         """Reset the cache and run prefix input embeddings ``embeds [R, P, D]`` for any number of rows.
 
         key_mask [R, P] bool (True = valid) or None. ``prefill`` is this for one caption and
-        its CFG row; batched samplers (``lantern_demo.train.self_samples``) pass many captions.
+        its CFG row; batched samplers (``lantern_demo.emoji.self_samples``) pass many captions.
         """
         cfg, P = self.cfg, self.cfg.cls_token_num
         rows = embeds.shape[0]

@@ -23,12 +23,6 @@ FORBIDDEN = (
 TOP = ("lantern_demo.train", "lantern_demo.bench")
 SHARED_BY_TOP = "lantern_demo.emoji"
 
-#: Known edges waiting for a file another change owns: (importer, imported) -> what removes it.
-#: An entry whose edge is gone fails the test, so that it is deleted here too.
-PENDING = {
-    ("lantern_demo.bench.run", "lantern_demo.train.emoji_data"):
-        "bench/run.py's prompt_set imports curate: import it from lantern_demo.emoji.data",
-}
 
 
 def module_name(path: Path) -> str:
@@ -118,7 +112,7 @@ def test_no_import_cycles():
 def test_train_and_bench_do_not_import_each_other():
     g = graph()
     bad = sorted((a, b) for a, targets in g.items() for b in targets
-                 if (a, b) not in PENDING and any(in_layer(a, x) and in_layer(b, y) for x, y in FORBIDDEN))
+                 if any(in_layer(a, x) and in_layer(b, y) for x, y in FORBIDDEN))
     assert bad == []
 
 
@@ -130,8 +124,3 @@ def test_only_the_top_layers_import_train_bench_and_emoji():
                  and any(in_layer(b, t) for t in top))
     assert bad == []
 
-
-def test_pending_edges_still_exist():
-    g = graph()
-    gone = [edge for edge in PENDING if edge[1] not in g.get(edge[0], set())]
-    assert gone == [], f"remove these entries from PENDING: {gone}"

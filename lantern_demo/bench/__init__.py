@@ -14,7 +14,7 @@ on the same prompts and seeds, and reports per setting:
   (``paired``); and the per-pass time split (``steps.Step``);
 - quality: per-token NLL of the generated tokens under the target's guided
   distribution (``metrics.sequence_nll``), the realised TVD of the relaxation,
-  and, with our eval encoder (``features``; weights in ``assets/eval``),
+  and, with our eval encoder (``lantern_demo.emoji.features``; weights in ``assets/eval``),
   Fréchet distance and k-NN precision/recall vs the held-out emoji images and
   prompt-retrieval accuracy.
 

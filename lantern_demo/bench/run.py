@@ -20,7 +20,7 @@ from accelerate import PartialState
 from accelerate.utils import gather_object
 
 from ..pipeline import load_pipeline
-from .features import load as load_encoder
+from ..emoji.features import load as load_encoder
 from .paired import RESAMPLES
 from .report import write_outputs
 from .running import merge, run_shard, warm_up

@@ -218,7 +218,7 @@ def image_metrics(rows: list[dict], recs_by: dict[str, list[dict]], prompts: lis
     refs: dict[str, Any] = {}
     if encoder is None:
         notes.append("FD, precision/recall and retrieval skipped: no eval encoder in assets/eval "
-                     "(train it with `python -m lantern_demo.bench.features --train`).")
+                     "(train it with `python -m lantern_demo.emoji.features --train`).")
         return refs
     text = encoder.embed_texts(prompts)
     chance = 1.0 / len(prompts)

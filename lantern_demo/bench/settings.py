@@ -14,12 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..emoji.data import curate, load_dataset
 from ..methods import DEFAULT_DRAFT, METHOD_INFO, METHODS, DecodeConfig
 from ..pipeline import preset_status
 from ..presets import CONTROL_DEFAULTS, EMBEDDED, LLAMAGEN, TINY_RANDOM, controls
 from ..sampling import SamplingConfig
-from ..train.emoji_data import curate
-from .features import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 USAGE = """The speed/quality benchmark: every method and setting on the same prompts and seeds.
@@ -166,7 +165,7 @@ def prompt_set(preset: str, n: int, seed: int, prompts_file: Path | None, data_d
     For the emoji preset the prompts are captions of ``split`` ("heldout": unseen emojis,
     the default; "train": emojis the model was trained on, to measure how recognisable
     its samples of known emojis are), drawn from the whole rendered dataset or, with
-    ``curated``, from the emojis a prompt can name (``emoji_data.curate``; the indices
+    ``curated``, from the emojis a prompt can name (``emoji.data.curate``; the indices
     and the dataset returned are then the curated set's).
     """
     if prompts_file is not None:
