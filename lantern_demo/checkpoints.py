@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
+from safetensors.torch import load_file, save_file
 from torch.overrides import TorchFunctionMode
 
 from .drafter import Drafter
@@ -376,8 +377,6 @@ def load_torch_weights(path: str | os.PathLike[str], use_ema: bool = False) -> d
 
 def _read_file(path: Path) -> dict[str, Tensor]:
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
         try:
             return load_file(str(path), device="cpu")
         except Exception as e:  # noqa: BLE001
@@ -507,8 +506,6 @@ def load_gpt(path: str | os.PathLike[str], device: torch.device | str = "cpu", d
 
 def save_gpt(model: GPT, directory: str | os.PathLike[str], layout: str = "hf") -> Path:
     """Write ``config.json`` + ``model.safetensors`` (HF layout by default; 'native' also possible)."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -546,8 +543,6 @@ def load_drafter(path: str | os.PathLike[str], target: GPT | None = None, device
 
 
 def save_drafter(model: Drafter, directory: str | os.PathLike[str]) -> Path:
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     conf = config_to_hf(model.cfg)

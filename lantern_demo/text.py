@@ -39,6 +39,7 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+from safetensors.torch import load_file, save_file
 
 from .prompt_reading import close_names, is_non_latin, spell_emoji
 
@@ -386,8 +387,6 @@ class _LookupTextEncoder(nn.Module):
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``text_encoder.safetensors`` (embedding.weight) and ``vocab.json`` (``_meta``)."""
-        from safetensors.torch import save_file
-
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, WORD_VOCAB_FILE), "w", encoding="utf-8") as f:
             json.dump(self._meta(), f, ensure_ascii=False, indent=0)
@@ -555,8 +554,6 @@ class ClassTextEncoder(_LookupTextEncoder):
 
 def load_text_encoder(directory: str | os.PathLike, device: str | torch.device = "cpu") -> _LookupTextEncoder:
     """A :class:`WordTextEncoder` or :class:`ClassTextEncoder` saved in ``directory`` (by its ``format``)."""
-    from safetensors.torch import load_file
-
     with open(os.path.join(directory, WORD_VOCAB_FILE), encoding="utf-8") as f:
         meta = json.load(f)
     fmt = meta.get("format")

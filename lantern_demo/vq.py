@@ -45,6 +45,7 @@ from typing import Any, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from PIL import Image
 
 from .checkpoints import CheckpointError, load_torch_weights
 from .vq_net import VQDecoderConfig, VQDecoderNet
@@ -379,8 +380,6 @@ class VQDecoder:
 
     def decode_pil(self, ids: Tensor) -> list:
         """Decode ids [B, N] to a list of PIL images."""
-        from PIL import Image
-
         return [Image.fromarray(a.numpy()) for a in self.decode(ids)]
 
     @torch.inference_mode()
@@ -397,8 +396,6 @@ class VQDecoder:
         slightly from the final full decode, which is exact (a complete ``ids`` is decoded
         whole).
         """
-        from PIL import Image
-
         ids = torch.as_tensor(ids).reshape(-1).cpu().long()
         if ids.numel() != self.num_tokens:
             raise ValueError(f"expected {self.num_tokens} ids, got {ids.numel()}")

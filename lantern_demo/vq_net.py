@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from safetensors.torch import load_file
 
 from .checkpoints import uninitialized
 
@@ -225,8 +226,6 @@ class VQDecoderNet(nn.Module):
     def from_pretrained(cls, path: str | os.PathLike[str], device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> "VQDecoderNet":
         """From a ``VQModel.save_pretrained`` directory (``config.json`` + safetensors weights)."""
-        from safetensors.torch import load_file
-
         path = Path(path)
         cfg = VQDecoderConfig.from_vqmodel(json.loads((path / "config.json").read_text()))
         weights = path / WEIGHTS_NAME
