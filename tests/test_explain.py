@@ -11,6 +11,7 @@ inputs its acceptance calls saw (recorded by wrapping them), for every method.
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,7 +19,9 @@ from lantern_demo import jacobi, speculative
 from lantern_demo.acceptance import Relaxation, accept_at_node, verify_chain
 from lantern_demo.engine import generate
 from lantern_demo.methods import DecodeConfig
+from lantern_demo.pipeline import tiny_random_pipeline
 from lantern_demo.sampling import SamplingConfig, probs_from_logits
+from lantern_demo.ui import plots
 from test_acceptance import V, cases, dirichlet
 from toy import ToyModel, toy_neighbors
 
@@ -176,3 +179,24 @@ def test_top1_is_the_max_of_the_distribution_each_token_was_decided_under(name, 
         assert got == pytest.approx(float(probs_from_logits(logits, sampling).max()), abs=1e-6), (name, i)
     assert res.stats["mean_top1"] == pytest.approx(sum(top1) / len(top1))
 
+
+@pytest.mark.parametrize("method", ["lantern", "sd"])
+def test_explain_map_colours_every_token_and_marks_the_relaxation_only_ones(method):
+    pipe = tiny_random_pipeline()
+    config = DecodeConfig(method, depth=3, branching=3, tree_tokens=10, delta=0.4, k=16, gamma=4)
+    gen = pipe("red cat", config, seed=2)
+    only = [f for s in gen.steps for f in s.relaxed_only]
+    assert gen.relaxed_only.tolist() == only and gen.top1.tolist() == [t for s in gen.steps for t in s.top1]
+    assert (sum(only) > 0) == (method == "lantern")
+    grid = pipe.target.cfg.grid
+    im = np.asarray(plots.explain_map(gen.top1, gen.relaxed_only, grid))
+    cell = 384 // grid
+    centres = im[cell // 2: grid * cell: cell, cell // 2: grid * cell: cell].reshape(-1, 3)
+    marked = (centres == plots.RELAXED_MARK).all(-1)
+    assert marked.tolist() == only
+    colours = plots.top1_colours(gen.top1.numpy())
+    assert (centres[~marked] == colours[~marked]).all()
+    # while streaming: tokens not generated yet are drawn in the pending colour
+    nothing = torch.full((grid * grid,), float("nan"))
+    partial = np.asarray(plots.explain_map(nothing, torch.zeros(grid * grid, dtype=torch.bool), grid))
+    assert (partial[: grid * cell, : grid * cell] == plots.PENDING_COLOUR).all()
