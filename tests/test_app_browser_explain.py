@@ -10,7 +10,8 @@ import time
 
 from test_app_browser import ARTIFACTS, page  # noqa: F401  (page: the fixture)
 
-DONE = "() => { const t = document.querySelector('#log textarea').value; return t.includes('seed 1') && t.includes('speed-up'); }"
+DONE = ("() => { const t = document.querySelector('#log textarea').value;"
+        " return t.includes('seed 1') && t.includes('speed-up'); }")
 EXPLAIN_SRC = "() => { const img = document.querySelector('#explain-map img'); return img ? img.src : null; }"
 
 
