@@ -42,6 +42,13 @@ bound by enumerating small vocabularies):
    ties, like ``torch.argmax``) of p after p(x) is raised to p(x) + p(B(x)) and
    B(x) is removed, with budget b = delta (LANTERN++: also <= (lambda-1) p(x)).
    With delta = 0 this is "x == argmax p": greedy AR exactly.
+
+Relaxation-only accepts (the app's explain view): an accepted draft is marked when
+the exact rule, given the same uniform, would have rejected it: rule 2, u >=
+min(1, p(x) / q(x)); rule 3, x is not the argmax of p; rule 1, the exact node's
+draw with the node's uniform picks another candidate or the residual. Exact
+methods (no active relaxation) never compute it: nothing is marked. With delta = 0
+the relaxed rules equal the exact ones, so nothing is marked either.
 """
 
 from __future__ import annotations
@@ -149,14 +156,20 @@ def node_distribution(p: Tensor, cands: Tensor, relax: Relaxation | None) -> tup
     return torch.stack(w), residual, moved
 
 
-def accept_at_node(p: Tensor, cands: Tensor, u: float, relax: Relaxation | None) -> tuple[int, int, float]:
-    """Sample rule 1 with one uniform u. Returns (accepted candidate index or -1, token, moved mass)."""
+def accept_at_node(p: Tensor, cands: Tensor, u: float,
+                   relax: Relaxation | None) -> tuple[int, int, float, bool]:
+    """Sample rule 1 with one uniform u.
+
+    Returns (accepted candidate index or -1, token, moved mass, relaxation-only: a
+    candidate was accepted that the exact rule, with the same u, would not have picked).
+    """
     w, residual, moved = node_distribution(p, cands, relax)
     idx = int(draw(torch.cat([w, residual]), p.new_tensor(u)))
     c = cands.shape[0]
-    if idx < c:
-        return idx, int(cands[idx]), float(moved)
-    return -1, idx - c, float(moved)
+    if idx >= c:
+        return -1, idx - c, float(moved), False
+    only = active(relax) is not None and accept_at_node(p, cands, u, None)[0] != idx
+    return idx, int(cands[idx]), float(moved), only
 
 
 # ----------------------------------------------------------------------------- rule 2: sampled chains
@@ -235,25 +248,43 @@ def greedy_accepts(p: Tensor, cands: Tensor, relax: Relaxation | None) -> tuple[
 # ----------------------------------------------------------------------------- a whole chain
 
 
+def relaxed_only(p: Tensor, q: Tensor, drafts: Tensor, greedy: bool, u: Tensor | None) -> list[bool]:
+    """Which accepted drafts the exact rule would have rejected for the same uniforms.
+
+    p: [n, V], q: [n, V], drafts: [n], u: [n] (sampled only): n drafts accepted by a
+    relaxed rule 2 (sampled) or 3 (greedy). Returns n flags.
+    """
+    if greedy:
+        return (~greedy_accepts(p, drafts, None)[0]).tolist()
+    assert u is not None
+    return (u >= chain_accept_prob(p, q, drafts, None)).tolist()
+
+
 def verify_chain(p: Tensor, q: Tensor, drafts: Tensor, relax: Relaxation | None, greedy: bool,
-                 u: Tensor | None) -> tuple[int, int, list[float]]:
+                 u: Tensor | None) -> tuple[int, int, list[float], list[bool]]:
     """Walk a chain of drafts with rule 2 (sampled) or rule 3 (greedy).
 
     p: [L+1, V] target distributions at the L draft positions and the one after;
     q: [L, V] the distributions the drafts were drawn from; drafts: [L];
     u: [L+1] uniforms (sampled only: L acceptance tests, then the token's draw).
     Returns (accepted drafts n, the correction at position n or the bonus token
-    when n == L, moved mass per decided position: n + 1 values).
+    when n == L, moved mass per decided position: n + 1 values, relaxation-only
+    flag per decided position: n + 1 values, the last False).
     """
     L = drafts.shape[0]
     if greedy:
         ok, moved = greedy_accepts(p[:L], drafts, relax)
         n_acc = int(torch.cumprod(ok.long(), 0).sum())
-        return n_acc, int(p[n_acc].argmax()), moved[:n_acc].tolist() + [0.0]
-    assert u is not None
-    ok = u[:L] < chain_accept_prob(p[:L], q, drafts, relax)
-    n_acc = int(torch.cumprod(ok.long(), 0).sum())
-    decided = min(n_acc + 1, L)
-    residual, tvd = chain_residual(p[:decided], q[:decided], relax)
-    token = int(draw(residual[n_acc] if n_acc < L else p[L], u[L]))
-    return n_acc, token, tvd.tolist() + ([0.0] if n_acc == L else [])
+        token, tvd = int(p[n_acc].argmax()), moved[:n_acc].tolist() + [0.0]
+    else:
+        assert u is not None
+        ok = u[:L] < chain_accept_prob(p[:L], q, drafts, relax)
+        n_acc = int(torch.cumprod(ok.long(), 0).sum())
+        decided = min(n_acc + 1, L)
+        residual, moved = chain_residual(p[:decided], q[:decided], relax)
+        token = int(draw(residual[n_acc] if n_acc < L else p[L], u[L]))
+        tvd = moved.tolist() + ([0.0] if n_acc == L else [])
+    only = [False] * n_acc
+    if active(relax) is not None and n_acc:
+        only = relaxed_only(p[:n_acc], q[:n_acc], drafts[:n_acc], greedy, None if u is None else u[:n_acc])
+    return n_acc, token, tvd, only + [False]

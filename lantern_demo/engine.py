@@ -65,8 +65,8 @@ def decode(
     p0 = probs_from_logits(prefix.logits, cfg)
     token = int(pick(p0, torch.rand((), generator=gen).to(device), cfg.greedy))
     t_sample = synced(device)
-    yield clock.hold(Step(0, 0, [token], [0], 0, [0.0], clock.elapsed(), target_time=t_target - t_start,
-                          sample_time=t_sample - t_target))
+    yield clock.hold(Step(0, 0, [token], [0], 0, [0.0], [float(p0.max())], [False], clock.elapsed(),
+                          target_time=t_target - t_start, sample_time=t_sample - t_target))
     clock.release()
 
     if shape is None:
@@ -104,9 +104,10 @@ def _decode_ar(target: Target, token: int, cfg: SamplingConfig, num_tokens: int,
         t1 = synced(device)
         p = probs_from_logits(logits[:, 0], cfg)
         token = int(pick(p, torch.rand((), generator=gen).to(device), cfg.greedy))
+        top1 = float(p.max())
         t2 = synced(device)
-        yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], clock.elapsed(), target_time=t1 - t0,
-                              sample_time=t2 - t1))
+        yield clock.hold(Step(pos, pos, [token], [0], 0, [0.0], [top1], [False], clock.elapsed(),
+                              target_time=t1 - t0, sample_time=t2 - t1))
         clock.release()
 
 

@@ -140,10 +140,11 @@ def decode_sjd(
         t3 = synced(device)
 
         u = None if sampling.greedy else torch.rand(w + 1, generator=gen).to(device)
-        n_acc, last, tvd = verify_chain(p, q, drafts, relax, sampling.greedy, u)
+        n_acc, last, tvd, only = verify_chain(p, q, drafts, relax, sampling.greedy, u)
         out = drafts[:n_acc].tolist()
         if committed + n_acc < num_tokens:
             out.append(last)
+        top1 = p[:len(out)].amax(-1).tolist()
         t4 = synced(device)
         target.keep(committed - 1, torch.arange(n_acc + 1, device=device))
         seq[committed:committed + len(out)] = torch.tensor(out, device=device)
@@ -159,9 +160,9 @@ def decode_sjd(
         seq[start:start + kept] = drafts[:kept]
         t6 = synced(device)
         source = list(range(1, n_acc + 1)) + [0] * (len(out) - n_acc)
-        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], clock.elapsed(),
-                              draft_time=(t1 - t0) + (t6 - t5), target_time=t2 - t1, sample_time=t3 - t2,
-                              accept_time=t4 - t3, cache_time=t5 - t4))
+        yield clock.hold(Step(index, committed, out, source, w, tvd[: len(out)], top1, only[: len(out)],
+                              clock.elapsed(), draft_time=(t1 - t0) + (t6 - t5), target_time=t2 - t1,
+                              sample_time=t3 - t2, accept_time=t4 - t3, cache_time=t5 - t4))
         clock.release()
         committed += len(out)
         index += 1

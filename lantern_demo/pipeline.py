@@ -64,6 +64,8 @@ class Generation:
     tokens: [N] committed ids, -1 where not generated yet. source: [N] per position,
     -1 not yet, 0 sampled by the target, d >= 1 accepted draft at depth d.
     step_of: [N] verification step that committed each position (-1 not yet).
+    top1: [N] float, the target's top-1 probability where each token was decided (NaN not yet);
+    relaxed_only: [N] bool, tokens accepted only thanks to the relaxation (``Step``'s fields).
     image: the latest decoded image (partial or final) or None if not refreshed.
     steps: all steps so far; stats: ``steps.summarize`` of them plus pipeline times.
     """
@@ -71,6 +73,8 @@ class Generation:
     tokens: Tensor
     source: Tensor
     step_of: Tensor
+    top1: Tensor
+    relaxed_only: Tensor
     steps: list[Step] = field(default_factory=list)
     image: Image.Image | None = None
     stats: dict[str, float] = field(default_factory=dict)
@@ -82,6 +86,8 @@ class Generation:
         self.tokens[sl] = torch.tensor(step.tokens)
         self.source[sl] = torch.tensor(step.source)
         self.step_of[sl] = step.index
+        self.top1[sl] = torch.tensor(step.top1)
+        self.relaxed_only[sl] = torch.tensor(step.relaxed_only)
         self.steps.append(step)
 
 
@@ -150,7 +156,8 @@ class LanternPipeline:
         self.check(config)
         cond, notices = self.encode_prompt(prompt)
         n = self.num_tokens
-        gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1), notices=notices)
+        gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1),
+                         torch.full((n,), float("nan")), torch.zeros(n, dtype=torch.bool), notices=notices)
         with self._lock:
             t0 = time.perf_counter()
             decode_time = last_cost = stream_time = 0.0

@@ -106,20 +106,22 @@ def spec_step(state: SpecState, index: int, committed: int, new_tokens: list[int
     t5 = synced(dev)
 
     if q is not None:
-        path, token, source, tvd = accept_chain(state, p, q, tree.tokens)
+        path, token, source, tvd, only = accept_chain(state, p, q, tree.tokens)
     else:
-        path, token, source, tvd = accept_tree(state, p, tree)
+        path, token, source, tvd, only = accept_tree(state, p, tree)
     out = [int(tree.tokens[i - 1]) for i in path[1:]]
     if committed + len(out) < state.num_tokens:
         out.append(token)
         source.append(0)
-    tvd = tvd[: len(out)]
+    # token j of out was decided under the distribution after node path[j]
+    top1 = p[torch.tensor(path[: len(out)], device=dev)].amax(-1).tolist()
     t6 = synced(dev)
     keep = torch.tensor(path, device=dev)
     state.target.keep(pending_pos, keep)
     next_features = hidden[:, keep]
     t7 = synced(dev)
-    step = Step(index, committed, out, source, tree.size, tvd, draft_time=(t1 - t0) + (t3 - t2),
+    step = Step(index, committed, out, source, tree.size, tvd[: len(out)], top1, only[: len(out)],
+                draft_time=(t1 - t0) + (t3 - t2),
                 target_time=t4 - t3, sample_time=t5 - t4, accept_time=t6 - t5,
                 cache_time=(t2 - t1) + (t7 - t6), drafter_passes=1 + passes)
     return step, out, next_features
@@ -293,46 +295,61 @@ def _select(pool: _Pool, budget: int | None, dev: torch.device) -> Tree:
 
 
 def accept_chain(state: SpecState, p: Tensor, q: Tensor,
-                 drafts: Tensor) -> tuple[list[int], int, list[int], list[float]]:
+                 drafts: Tensor) -> tuple[list[int], int, list[int], list[float], list[bool]]:
     """Rule 2 (sampled) or 3 (greedy) along a chain. p: [L+1, V], q: [L, V], drafts: [L].
 
     Returns (path: verify-call indices of root + accepted drafts, the correction or
-    bonus token, source depths of the accepted drafts, moved mass per decided position).
+    bonus token, source depths of the accepted drafts, moved mass per decided position,
+    relaxation-only flag per decided position).
     """
     greedy = state.config.sampling.greedy
     u = None if greedy else _rand(state, drafts.shape[0] + 1).to(state.device)
-    n_acc, token, tvd = verify_chain(p, q, drafts, state.relax, greedy, u)
-    return list(range(n_acc + 1)), token, list(range(1, n_acc + 1)), tvd
+    n_acc, token, tvd, only = verify_chain(p, q, drafts, state.relax, greedy, u)
+    return list(range(n_acc + 1)), token, list(range(1, n_acc + 1)), tvd, only
 
 
-def accept_tree(state: SpecState, p: Tensor, tree: Tree) -> tuple[list[int], int, list[int], list[float]]:
+def accept_tree(state: SpecState, p: Tensor,
+                tree: Tree) -> tuple[list[int], int, list[int], list[float], list[bool]]:
     """Rules 1 (sampled) or 3 (greedy) walked from the root. p: [M+1, V]. Returns as ``accept_chain``."""
     kids = tree.children()
     greedy = state.config.sampling.greedy
     u = _rand(state, int(tree.depth.max()) + 1 if tree.size else 1).tolist()
-    node, path, tvd = 0, [0], []
+    node, path, tvd, only = 0, [0], [], []
     while True:
         children = kids[node]
         level = len(path) - 1
         if not children:
             token = int(p[node].argmax()) if greedy else int(draw(p[node], p.new_tensor(u[level])))
             tvd.append(0.0)
+            only.append(False)
             break
         idx = torch.tensor(children, device=state.device)
         cands = tree.tokens[idx - 1]
         if greedy:
-            ok, moved = greedy_accepts(p[node].expand(len(children), -1), cands, state.relax)
-            hit = torch.nonzero(ok)
-            choice = int(hit[0]) if hit.numel() else -1
-            token = int(cands[choice]) if choice >= 0 else int(p[node].argmax())
-            moved_mass = float(moved[choice]) if choice >= 0 else 0.0
+            choice, token, moved_mass, relaxed = _greedy_node(p[node], cands, state.relax)
         else:
-            choice, token, moved_mass = accept_at_node(p[node], cands, u[level], state.relax)
+            choice, token, moved_mass, relaxed = accept_at_node(p[node], cands, u[level], state.relax)
         tvd.append(moved_mass)
+        only.append(relaxed)
         if choice < 0:
             break
         node = children[choice]
         path.append(node)
     depth_of = tree.depth.tolist()
     source = [depth_of[i - 1] for i in path[1:]]
-    return path, token, source, tvd
+    return path, token, source, tvd, only
+
+
+def _greedy_node(p: Tensor, cands: Tensor, relax: Relaxation | None) -> tuple[int, int, float, bool]:
+    """Rule 3 at a tree node: the first accepted candidate, else the argmax. p: [V]; cands: [c].
+
+    Returns as ``acceptance.accept_at_node``; a relaxation-only accept is a candidate that is
+    not the argmax of p.
+    """
+    ok, moved = greedy_accepts(p.expand(cands.shape[0], -1), cands, relax)
+    hit = torch.nonzero(ok)
+    if not hit.numel():
+        return -1, int(p.argmax()), 0.0, False
+    choice = int(hit[0])
+    only = relax is not None and not bool(greedy_accepts(p[None], cands[choice:choice + 1], None)[0][0])
+    return choice, int(cands[choice]), float(moved[choice]), only

@@ -23,6 +23,12 @@ class Step:
         AR, or the prefill's token).
     drafted: draft tokens proposed this step. tvd: per committed token, the mass
         the relaxation moved at that position (0 for exact methods).
+    top1: per committed token, the largest probability of the target distribution it
+        was accepted or sampled under (after CFG, temperature, top-k/top-p; greedy:
+        at temperature 1): low where the target was unsure.
+    relaxed_only: per committed token, True for a draft accepted only thanks to the
+        relaxation: the exact rule would have rejected it for the same uniform
+        (``acceptance``'s module docstring); always False for exact methods.
     Seconds spent, disjoint (their sum is this step's share of ``elapsed`` up to the
     loop's own Python overhead):
         draft_time: drafting: the drafter's passes and its draft distributions, or SJD's
@@ -45,6 +51,8 @@ class Step:
     source: list[int]
     drafted: int
     tvd: list[float]
+    top1: list[float]
+    relaxed_only: list[bool]
     elapsed: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -91,6 +99,8 @@ def summarize(steps: list[Step]) -> dict[str, float]:
     accepted_drafts / drafted: draft tokens accepted / proposed; acceptance_rate;
     drafter_passes; wall_time (s, prefill to last token); tokens_per_s;
     first_token_latency (s); mean_tvd: mean mass moved by the relaxation per token;
+    relaxed_only_share: share of the tokens accepted only thanks to the relaxation;
+    mean_top1: mean of the tokens' ``Step.top1`` (the target's top-1 probability);
     draft_time / target_time / sample_time / accept_time / cache_time (s): the
     ``Step`` split summed over the steps (target_time: the target's forward passes
     alone); accept_time_per_step / target_time_per_step (s): per verification step
@@ -118,6 +128,8 @@ def summarize(steps: list[Step]) -> dict[str, float]:
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
         "first_token_latency": steps[0].elapsed,
         "mean_tvd": sum(sum(s.tvd) for s in steps) / tokens,
+        "relaxed_only_share": sum(sum(s.relaxed_only) for s in steps) / tokens,
+        "mean_top1": sum(sum(s.top1) for s in steps) / tokens,
         "draft_time": sum(s.draft_time for s in steps),
         "target_time": target_time,
         "sample_time": sum(s.sample_time for s in steps),

@@ -121,6 +121,7 @@ def test_moving_delta_during_a_run_reruns_with_the_same_seed(page):
     page.click("#generate-btn")  # a new run with seed 0 ...
     page.wait_for_function("() => document.querySelector('#log textarea').value.includes('prefill')")
     slider = page.locator("#delta input[type=range]")  # ... interrupted by moving delta
+    slider.scroll_into_view_if_needed()  # an earlier element screenshot may have scrolled it away
     box = slider.bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + box["width"] * 0.25, y)

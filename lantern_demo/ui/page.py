@@ -57,7 +57,7 @@ def _Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
 CSS = """
 .pixelated img { image-rendering: pixelated; }
 /* model images are sent at their own resolution (64 px for the emoji model) and enlarged here */
-#main-image img, #baseline-image img, #token-map img {
+#main-image img, #baseline-image img, #token-map img, #explain-map img {
   width: 100%; height: 100%; object-fit: contain; padding-top: 34px; box-sizing: border-box; }
 #compare img { image-rendering: pixelated; }
 #notice:empty { display: none; }
@@ -97,6 +97,9 @@ Papers: [LANTERN (arXiv 2410.03355)](https://arxiv.org/abs/2410.03355) ·
 Token map: grey = sampled by the target, warm colours = accepted draft token by draft depth (darker = deeper;
 for SJD, the place in the window),
 dark lines separate tokens committed by different target passes, numbers = pass index.
+Explain map: each token coloured by the target's top-1 probability where it was decided (dark = unsure,
+yellow = sure); a dot marks a draft accepted only thanks to the relaxation: the exact rule, with the same
+random draw, would have rejected it (never for exact methods).
 </div>
 """
 
@@ -182,6 +185,12 @@ def _drafting_controls(c: dict[str, Any], v: dict[str, Any]) -> None:
                                elem_id="tree_tokens")
 
 
+def _explain_image() -> gr.Image:
+    """The explain map (``plots.explain_map``), beside the token map."""
+    return gr.Image(label="Explain: top-1 prob. (• relaxation-only)", type="pil", format="png", interactive=False,
+                    height=300, elem_id="explain-map", buttons=["download", "fullscreen"])
+
+
 def _outputs_column(v: dict[str, Any]) -> dict[str, Any]:
     """The right column: the output components by output name (``request.OUTPUT_NAMES``, but ``stats``)."""
     o: dict[str, Any] = {}
@@ -195,6 +204,8 @@ def _outputs_column(v: dict[str, Any]) -> dict[str, Any]:
         o["token_map"] = gr.Image(label="Token map (source and pass of each token)", type="pil", format="png",
                                   interactive=False, height=300, elem_id="token-map",
                                   buttons=["download", "fullscreen"])
+        o["explain"] = _explain_image()
+    with gr.Row():
         with gr.Column():
             o["per_step"] = gr.BarPlot(x="target pass", y="tokens", color="kind", color_map=plots.KIND_COLOURS,
                                        colors_in_legend=[], x_lim=[0, None], label="Tokens committed per target pass",

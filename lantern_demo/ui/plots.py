@@ -7,7 +7,7 @@ Everything takes the pipeline's own records (``steps.Step`` lists, the
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,11 @@ DEPTH_COLOURS = (
     (128, 0, 38),
 )
 BORDER_COLOUR = (20, 20, 20)
+#: Colour scale of the explain map, from top-1 probability 0 (the target unsure) to 1 (sure): viridis's anchors.
+TOP1_ANCHORS = np.array([(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)], dtype=float)
+#: The explain map's marker on tokens accepted only thanks to the relaxation.
+RELAXED_MARK = (255, 32, 96)
+LEGEND_HEIGHT = 22
 #: Series colours of the charts (the charts carry a caption instead of a legend).
 KIND_COLOURS = {"accepted drafts": "#fd8d3c", "sampled by target": "#707c92"}
 AR_SERIES = "AR (1 token per pass)"
@@ -64,7 +69,7 @@ def _label(text: str, size: int) -> Image.Image:
 
 
 @lru_cache(maxsize=8)
-def _legend(width: int, height: int = 22) -> Image.Image:
+def _legend(width: int, height: int = LEGEND_HEIGHT) -> Image.Image:
     im = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(im)
     items = [("target", TARGET_COLOUR)] + [(f"d{d}" if d < len(DEPTH_COLOURS) else f"d{d}+", col)
@@ -87,14 +92,9 @@ def token_map(source: Tensor, step_of: Tensor, grid: int, width: int = 384) -> I
     neighbouring tokens committed by different target passes, and the first token of
     each pass carries the pass number when cells are large enough. A legend is drawn below.
     """
-    cell = max(4, width // grid)
-    side = cell * grid
     palette = np.array([PENDING_COLOUR, TARGET_COLOUR, *DEPTH_COLOURS], dtype=np.uint8)
     src = source.reshape(grid, grid).numpy()
-    cells = palette[np.clip(src + 1, 0, len(palette) - 1)]
-    im = Image.new("RGB", (side, side + 22), "white")
-    im.paste(Image.fromarray(cells, "RGB").resize((side, side), Image.Resampling.NEAREST), (0, 0))
-    im.paste(_legend(side), (0, side))
+    im, cell = _grid_picture(palette[np.clip(src + 1, 0, len(palette) - 1)], width, _legend)
     draw = ImageDraw.Draw(im)
     stp = step_of.reshape(grid, grid).numpy()
     done = stp >= 0
@@ -117,6 +117,71 @@ def token_map(source: Tensor, step_of: Tensor, grid: int, width: int = 384) -> I
             mask = _label(str(int(flat[pos])), size)
             im.paste((0, 0, 0), (c * cell + (cell - mask.width) // 2 + 1, r * cell + (cell - mask.height) // 2),
                      mask)
+    return im
+
+
+def _grid_picture(cells: np.ndarray, width: int, legend: Callable[[int], Image.Image]) -> tuple[Image.Image, int]:
+    """cells [grid, grid, 3] uint8 as squares of ``width // grid`` px (at least 4), ``legend(side)``
+    below them. Returns (the picture, the cell size in px)."""
+    grid = cells.shape[0]
+    cell = max(4, width // grid)
+    side = cell * grid
+    im = Image.new("RGB", (side, side + LEGEND_HEIGHT), "white")
+    im.paste(Image.fromarray(cells, "RGB").resize((side, side), Image.Resampling.NEAREST), (0, 0))
+    im.paste(legend(side), (0, side))
+    return im, cell
+
+
+def top1_colours(top1: np.ndarray) -> np.ndarray:
+    """Colours [..., 3] uint8 of top-1 probabilities [...] in [0, 1], piecewise linear through TOP1_ANCHORS."""
+    x = np.clip(top1, 0.0, 1.0) * (len(TOP1_ANCHORS) - 1)
+    i = np.minimum(x.astype(int), len(TOP1_ANCHORS) - 2)
+    f = (x - i)[..., None]
+    return np.round(TOP1_ANCHORS[i] * (1.0 - f) + TOP1_ANCHORS[i + 1] * f).astype(np.uint8)
+
+
+def _mark(draw: ImageDraw.ImageDraw, cx: float, cy: float, radius: float) -> None:
+    """The relaxation-only marker: a dot ringed in white, visible on every colour of the scale."""
+    draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=RELAXED_MARK, outline=(255, 255, 255),
+                 width=max(1, round(radius / 3)))
+
+
+@lru_cache(maxsize=8)
+def _explain_legend(width: int) -> Image.Image:
+    """One line: the top-1 colour scale (0 .. 1) and the relaxation-only marker."""
+    im = Image.new("RGB", (width, LEGEND_HEIGHT), "white")
+    draw = ImageDraw.Draw(im)
+    font, y = _font(10), LEGEND_HEIGHT // 2
+    x = 4
+    for text in ("target's top-1 p:", "0"):
+        draw.text((x, y), text, fill=(0, 0, 0), font=font, anchor="lm")
+        x += int(draw.textlength(text, font=font)) + 4
+    ramp = top1_colours(np.linspace(0.0, 1.0, 60))[None].repeat(11, axis=0)
+    im.paste(Image.fromarray(ramp, "RGB"), (x, y - 5))
+    x += 64
+    draw.text((x, y), "1", fill=(0, 0, 0), font=font, anchor="lm")
+    x += 16
+    _mark(draw, x + 5, y, 5)
+    draw.text((x + 14, y), "accepted only thanks to the relaxation", fill=(0, 0, 0), font=font, anchor="lm")
+    return im
+
+
+def explain_map(top1: Tensor, relaxed_only: Tensor, grid: int, width: int = 384) -> Image.Image:
+    """Why relaxation helps, per token, on the token map's grid.
+
+    top1: [grid*grid] the target's top-1 probability where each token was decided (NaN =
+    not generated yet; ``Generation.top1``): dark = the target was unsure (many tokens
+    about as likely: where LANTERN's relaxation has room), yellow = sure.
+    relaxed_only: [grid*grid] bool, tokens the exact rule would have rejected; each gets a
+    dot. Exact methods have none. A one-line legend is drawn below.
+    """
+    t = top1.reshape(grid, grid).numpy()
+    done = ~np.isnan(t)
+    cells = np.where(done[..., None], top1_colours(np.nan_to_num(t)), np.array(PENDING_COLOUR, dtype=np.uint8))
+    im, cell = _grid_picture(cells.astype(np.uint8), width, _explain_legend)
+    draw = ImageDraw.Draw(im)
+    for r, c in zip(*np.nonzero(relaxed_only.reshape(grid, grid).numpy())):
+        _mark(draw, c * cell + cell / 2, r * cell + cell / 2, max(1.5, cell / 4))
     return im
 
 
@@ -165,7 +230,8 @@ def step_line(label: str, step: Step, committed: int, num_tokens: int, relaxed: 
     return line
 
 
-STATS_COLUMNS = ["run", "wall time (s)", "target passes", "tokens / pass", "speed-up", "mean TVD", "tokens/s"]
+STATS_COLUMNS = ["run", "wall time (s)", "target passes", "tokens / pass", "speed-up", "mean TVD",
+                 "relaxed-only %", "mean top-1", "tokens/s"]
 
 
 def stats_row(run: str, stats: dict[str, float], speedup: float | None) -> list:
@@ -177,6 +243,8 @@ def stats_row(run: str, stats: dict[str, float], speedup: float | None) -> list:
         round(stats.get("mean_accepted", 0.0), 3),
         "-" if speedup is None else f"{speedup:.2f}x",
         round(stats.get("mean_tvd", 0.0), 4),
+        round(100.0 * stats.get("relaxed_only_share", 0.0), 1),
+        round(stats.get("mean_top1", 0.0), 3),
         round(stats.get("tokens_per_s", 0.0), 1),
     ]
 

@@ -26,8 +26,8 @@ INPUT_NAMES = ("prompt", "model", "method", "baseline", "seed", "randomize_seed"
                "gamma", "confidence", "depth", "branching", "tree_tokens", "temperature", "top_k", "top_p", "cfg_scale",
                "window", "init", "coupled")
 #: Outputs of the /generate endpoint, in order (the session cache, a gr.State, is not part of the API).
-OUTPUT_NAMES = ("image", "baseline_image", "token_map", "per_step", "cumulative", "log", "compare", "table",
-                "seed", "notice", "stats")
+OUTPUT_NAMES = ("image", "baseline_image", "token_map", "explain", "per_step", "cumulative", "log", "compare",
+                "table", "seed", "notice", "stats")
 #: The relaxation's inputs: a baseline (exact) leaves them at ``DecodeConfig``'s defaults.
 RELAXATION_INPUTS = ("delta", "k", "lam")
 MAX_SEED = 2**31 - 1

@@ -142,6 +142,7 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: 
             if role == "method":
                 frame["per_step"] = plots.per_step_frame(gen.steps)
                 frame["token_map"] = plots.token_map(gen.source, gen.step_of, pipe.target.cfg.grid)
+                frame["explain"] = plots.explain_map(gen.top1, gen.relaxed_only, pipe.target.cfg.grid)
             if run.first_image_s is None:
                 run.first_image_s = time.perf_counter() - t_click
             if gen.done:
