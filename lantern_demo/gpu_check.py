@@ -51,7 +51,7 @@ from .sampling import SamplingConfig
 from .sizes import llamagen_sizes, t5_xl_config
 from .text import T5TextEncoder
 from .tiny import drafter_for, tiny_random_pair
-from .presets import controls
+from .presets import config as preset_config, controls
 from .ui.stream import DECODE_SHARE
 from .vq import VQDecoder, llamagen_vq_config
 from .vq_net import VQDecoderConfig, VQDecoderNet
@@ -135,7 +135,7 @@ def method_config(name: str, method: str, max_k: int) -> DecodeConfig:
     """``method`` with the page's start-up controls for preset ``name`` (``presets.controls``),
     drafting its default shape (the page's "auto"), k capped at the neighbour table's width."""
     values = controls(name)
-    return DecodeConfig.from_values(values, method=method, draft="auto", k=min(int(values["k"]), max_k))
+    return preset_config(name, values, method=method, draft="auto", k=min(int(values["k"]), max_k))
 
 
 # ----------------------------------------------------------------------------- measurements

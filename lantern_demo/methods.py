@@ -34,12 +34,16 @@ class Method:
     uses_lam: the relaxation is also bounded by lambda * p(x) (LANTERN++).
     baseline: exact, offered as the app's baseline and the benchmark's reference.
     title: short name in tables and logs; choice: its label in the app's method selector.
+    draft_fixed: the app and the API always run it on its ``draft`` shape, whatever the draft
+        control says (EAGLE-2 is its dynamic tree: on a chain it would be SD). The engine takes
+        any drafter shape (an experiment such as EAGLE-2's rule on a static tree).
     """
 
     name: str
     draft: str | None
     title: str
     choice: str
+    draft_fixed: bool = False
     relaxed: bool = False
     uses_lam: bool = False
     baseline: bool = False
@@ -48,7 +52,7 @@ class Method:
 METHOD_TABLE = (
     Method("ar", None, "AR", "AR (plain, 1 token per pass)", baseline=True),
     Method("sd", "chain", "SD", "SD (exact speculative, chain)", baseline=True),
-    Method("eagle", "tree", "EAGLE-2", "EAGLE-2 (exact, dynamic tree)", baseline=True),
+    Method("eagle", "tree", "EAGLE-2", "EAGLE-2 (exact, dynamic tree)", draft_fixed=True, baseline=True),
     Method("lantern", "tree", "LANTERN", "LANTERN (relaxed, δ and k)", relaxed=True),
     Method("lantern++", "static", "LANTERN++", "LANTERN++ (relaxed, λ and k, static tree)", relaxed=True,
            uses_lam=True),
@@ -81,6 +85,13 @@ def whole_number(name: str, value: Any) -> int:
     return int(number)
 
 
+def boolean(name: str, value: Any) -> bool:
+    """``value`` if it is a bool; ValueError (naming ``name``) otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 def _convert(name: str, kind: str, value: Any) -> Any:
     """A control value as a config field of annotation ``kind``; ValueError if it is of the wrong kind."""
     if kind == "int":
@@ -90,8 +101,8 @@ def _convert(name: str, kind: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if kind == "bool" and not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if kind == "bool":
+        return boolean(name, value)
     return value
 
 
@@ -141,10 +152,13 @@ class DecodeConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any], **overrides: Any) -> DecodeConfig:
+    def from_values(cls, values: Mapping[str, Any], drafts: Mapping[str, str] | None = None,
+                    **overrides: Any) -> DecodeConfig:
         """The config of control values by name (``presets.CONTROL_DEFAULTS``: the fields of
         ``DecodeConfig`` and ``SamplingConfig``; other names are ignored, missing ones keep their
-        defaults), with ``overrides``. draft "auto" (or missing) = the method's default shape.
+        defaults), with ``overrides``. draft "auto" (or missing) = the method's default shape:
+        ``drafts[method]`` (a preset's choice, ``presets.PresetSettings.drafts``), else
+        ``DEFAULT_DRAFT``; a ``draft_fixed`` method (EAGLE-2) always gets its own shape.
         Raises ValueError for a value of the wrong kind (e.g. a fraction where a whole number
         is needed); ranges are ``validate``'s.
         """
@@ -157,8 +171,10 @@ class DecodeConfig:
         draft = values.get("draft", "auto")
         if method in DRAFTER_FREE:
             draft = None
+        elif method in METHOD_INFO and METHOD_INFO[method].draft_fixed:
+            draft = METHOD_INFO[method].draft
         elif draft == "auto":
-            draft = DEFAULT_DRAFT.get(method)
+            draft = {**DEFAULT_DRAFT, **(drafts or {})}.get(method)
         return cls(draft=draft, sampling=sampling, **kw)
 
     @property

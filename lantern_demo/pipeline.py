@@ -68,6 +68,8 @@ class Generation:
     relaxed_only: [N] bool, tokens accepted only thanks to the relaxation (``Step``'s fields).
     image: the latest decoded image (partial or final) or None if not refreshed.
     steps: all steps so far; stats: ``steps.summarize`` of them plus pipeline times.
+    notices: messages about the prompt for the user; reading: how it was read
+    (``PromptNotice.reading``).
     """
 
     tokens: Tensor
@@ -79,6 +81,7 @@ class Generation:
     image: Image.Image | None = None
     stats: dict[str, float] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    reading: dict = field(default_factory=dict)
     done: bool = False
 
     def add(self, step: Step) -> None:
@@ -127,6 +130,12 @@ class LanternPipeline:
 
     def encode_prompt(self, prompt: str) -> tuple[Caption, list[str]]:
         """Prompt -> (GPT condition, notices for the user). Raises ValueError on an empty prompt."""
+        cond, _, notices = self.read_prompt(prompt)
+        return cond, notices
+
+    def read_prompt(self, prompt: str) -> tuple[Caption, PromptNotice, list[str]]:
+        """Prompt -> (GPT condition, how the encoder read it, notices for the user: its messages
+        and a cut). Raises ValueError on an empty prompt."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("Please enter a prompt.")
         notices = []
@@ -137,7 +146,7 @@ class LanternPipeline:
             emb = self.text_encoder.encode([prompt])
         notice: PromptNotice = emb.notices[0]
         notices.extend(notice.messages())
-        return Caption(emb.emb[0].to(self.device), emb.mask[0].to(self.device)), notices
+        return Caption(emb.emb[0].to(self.device), emb.mask[0].to(self.device)), notice, notices
 
     def stream(self, prompt: str, config: DecodeConfig, seed: int = 0,
                decode_share: float = 0.2) -> Iterator[Generation]:
@@ -154,10 +163,11 @@ class LanternPipeline:
         the consumer's time excluded); final_decode_time; end_to_end_time.
         """
         self.check(config)
-        cond, notices = self.encode_prompt(prompt)
+        cond, notice, notices = self.read_prompt(prompt)
         n = self.num_tokens
         gen = Generation(torch.full((n,), -1), torch.full((n,), -1), torch.full((n,), -1),
-                         torch.full((n,), float("nan")), torch.zeros(n, dtype=torch.bool), notices=notices)
+                         torch.full((n,), float("nan")), torch.zeros(n, dtype=torch.bool), notices=notices,
+                         reading=notice.reading())
         with self._lock:
             t0 = time.perf_counter()
             decode_time = last_cost = stream_time = 0.0

@@ -55,12 +55,15 @@ class PresetSettings:
 
     max_k: neighbour-table columns (the largest k offered). text_encoder: "saved" (our
     word/class encoder in ``text_encoder/``), "t5" (flan-t5 from the Hub) or "random"
-    (built with random weights). controls: overrides of ``CONTROL_DEFAULTS``.
+    (built with random weights). controls: overrides of ``CONTROL_DEFAULTS``. drafts: the
+    draft shape a method runs on this preset when the draft control says "auto", where it is
+    not ``methods.DEFAULT_DRAFT``'s (the benchmark's fastest shape at acceptable quality).
     """
 
     max_k: int
     text_encoder: str
     controls: dict[str, Any] = field(default_factory=dict)
+    drafts: dict[str, str] = field(default_factory=dict)
 
 
 #: LlamaGen: the LANTERN release's generator settings and EAGLE-2 tree, delta/k of the
@@ -68,10 +71,13 @@ class PresetSettings:
 LLAMAGEN = PresetSettings(1000, "t5", {"delta": 0.4, "k": 1000, "depth": 5, "branching": 10, "tree_tokens": 59,
                                        "top_k": 2000, "cfg_scale": 3.0})
 #: The embedded model: sampling and chain drafting chosen by measurement on 2 CPU cores
-#: (assets/emoji/README.md, docs/benchmarks.md); also what the model card measures.
-EMOJI = PresetSettings(128, "saved", {"cfg_scale": 2.0, "temperature": 1.0, "top_k": 64, "draft": "chain",
-                                      "gamma": 8, "confidence": 0.5, "delta": 0.4, "k": 128, "window": 16,
-                                      "init": "vertical", "coupled": True})
+#: (assets/emoji/README.md, docs/benchmarks.md); also what the model card measures. LANTERN
+#: drafts SD's chain here: 1.15x vs AR on it against 0.70x on the 16-token tree, same quality
+#: (docs/benchmarks.md, "lantern chain8 c=0.5 d=0.4 k=128" vs "lantern d=0.4 k=64").
+EMOJI = PresetSettings(128, "saved", {"cfg_scale": 2.0, "temperature": 1.0, "top_k": 64, "gamma": 8,
+                                      "confidence": 0.5, "delta": 0.4, "k": 128, "window": 16,
+                                      "init": "vertical", "coupled": True},
+                       drafts={"lantern": "chain"})
 
 SETTINGS: dict[str, PresetSettings] = {
     EMBEDDED: EMOJI,
@@ -93,14 +99,21 @@ def controls(name: str) -> dict[str, Any]:
     return {**CONTROL_DEFAULTS, **overrides}
 
 
+def config(name: str, values: dict[str, Any] | None = None, **overrides: Any) -> DecodeConfig:
+    """The decoding config of control ``values`` (default: ``controls(name)``) with ``overrides``
+    on preset ``name``: draft "auto" resolves to the preset's shapes (``PresetSettings.drafts``)."""
+    drafts = SETTINGS[name].drafts if name in SETTINGS else {}
+    return DecodeConfig.from_values(controls(name) if values is None else values, drafts, **overrides)
+
+
 def sampling(name: str) -> SamplingConfig:
     """The sampling settings of preset ``name``."""
-    return DecodeConfig.from_values(controls(name)).sampling
+    return config(name).sampling
 
 
 register_preset(Preset(
     name=EMBEDDED,
-    title="Emoji (embedded, tiny LlamaGen trained on OpenMoji)",
+    title="Emoji (embedded tiny LlamaGen)",
     resolution=64,
     grid=16,
     local_dir=str(ASSETS / "emoji"),
@@ -108,7 +121,7 @@ register_preset(Preset(
 ), replace=True)
 register_preset(Preset(
     name=TINY_RANDOM,
-    title="Tiny random model (untrained: images are noise)",
+    title="Tiny random (untrained: noise)",
     resolution=64,
     grid=16,
     notes="Random weights at the embedded model's shape; for tests and as a fallback.",

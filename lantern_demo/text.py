@@ -63,6 +63,10 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
+#: How the notice's "did you mean" message starts.
+SUGGESTION_PREFIX = "Did you mean "
+
+
 @dataclass
 class PromptNotice:
     """What happened to one prompt on its way into the model.
@@ -107,10 +111,23 @@ class PromptNotice:
         if self.truncated:
             out.append(f"The prompt is too long and was cut to {self.n_tokens} tokens.")
         if self.suggestions:
-            out.append("Did you mean " + ", ".join(f"\u201c{n}\u201d" for n in self.suggestions) + "?")
+            out.append(SUGGESTION_PREFIX + ", ".join(f"\u201c{n}\u201d" for n in self.suggestions) + "?")
         if self.matched is not None:
             out.append(f"Drawing the closest emoji the model knows: \u201c{self.matched}\u201d.")
         return out
+
+    def reading(self) -> dict:
+        """How the prompt was read, as JSON-ready fields (the API's ``stats["prompt_reading"]``).
+
+        read_as: the prompt with emoji characters spelled as names (None: it has none);
+        understood_as: what reached the model (a class encoder's chosen name, a word encoder's
+        known words; None: nothing); matched: the closest class, where not named word for word;
+        nothing_matched: the image is drawn without a caption; suggestions: close known names;
+        non_latin, unknown_words, truncated: as the fields.
+        """
+        return {"read_as": self.read_as, "understood_as": self.cleaned or None, "matched": self.matched,
+                "nothing_matched": self.empty, "suggestions": list(self.suggestions), "non_latin": self.non_latin,
+                "unknown_words": list(self.unknown_words), "truncated": self.truncated}
 
 
 @dataclass
@@ -402,14 +419,21 @@ class _LookupTextEncoder(nn.Module):
         return enc
 
 
+def _read_as(prompt: str) -> str | None:
+    """``prompt`` with its emoji characters spelled as names (None when it has none)."""
+    spelled = spell_emoji(prompt)
+    return spelled if spelled != " ".join(prompt.split()) else None
+
+
 class WordTextEncoder(_LookupTextEncoder):
     """Trainable word embeddings behind :class:`TextEncoder`.
 
     vocab: list of words (id of ``vocab[i]`` is ``i + 1``; 0 is padding).
-    Prompts are split with :func:`split_words`; unknown words are dropped and
-    reported; at most ``max_length`` known words are kept (the rest truncated).
-    A prompt with no known word gives an all-padding row (mask all False) and an
-    ``empty`` notice. Gradients flow through :meth:`encode` / :meth:`forward`.
+    Prompts are split with :func:`split_words` after their emoji characters are spelled
+    as names (``read_as``); unknown words are dropped and reported; at most ``max_length``
+    known words are kept (the rest truncated). A prompt with no known word gives an
+    all-padding row (mask all False) and an ``empty`` notice with close vocabulary words
+    as suggestions. Gradients flow through :meth:`encode` / :meth:`forward`.
     """
 
     def __init__(self, vocab: Sequence[str], dim: int = 64, max_length: int = 16, init_std: float = 0.02):
@@ -432,7 +456,7 @@ class WordTextEncoder(_LookupTextEncoder):
         ids = torch.zeros(len(prompts), L, dtype=torch.long)
         notices = []
         for b, p in enumerate(prompts):
-            words = split_words(p)
+            words = split_words(spell_emoji(str(p)))
             known = [self.index[w] for w in words if w in self.index]
             unknown = list(dict.fromkeys(w for w in words if w not in self.index))
             kept = known[:L]
@@ -446,6 +470,9 @@ class WordTextEncoder(_LookupTextEncoder):
                     truncated=len(known) > L,
                     unknown_words=unknown,
                     empty=not kept,
+                    read_as=_read_as(str(p)),
+                    suggestions=[] if kept else close_names(unknown, self.vocab),
+                    non_latin=not kept and is_non_latin(str(p)),
                 )
             )
         return ids, ids != 0, notices
@@ -534,11 +561,10 @@ class ClassTextEncoder(_LookupTextEncoder):
                 set(content) == set(w for w in split_words(n) if w not in self.stop_words) for n in self.names[c])
             if c is not None:
                 ids[b, 0] = c + 1
-            spelled = spell_emoji(str(p))
             notices.append(PromptNotice(prompt=str(p), cleaned=name or "", n_tokens=int(c is not None),
                                         unknown_words=unknown, empty=c is None,
                                         matched=None if c is None or exact else name,
-                                        read_as=spelled if spelled != " ".join(str(p).split()) else None,
+                                        read_as=_read_as(str(p)),
                                         suggestions=[] if c is not None else close_names(unknown, self._primary),
                                         non_latin=c is None and is_non_latin(str(p))))
         return ids, ids != 0, notices

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import socket
 import sys
@@ -17,8 +18,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def launched_app():
     """The app (``app.demo``) launched in-process on a free port; yields its URL (no trailing slash)."""
     import app
     from lantern_demo.ui import launch_kwargs
@@ -30,3 +31,10 @@ def server():
         yield f"http://127.0.0.1:{port}"
     finally:
         app.demo.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app launched in-process (``launched_app``); its URL."""
+    with launched_app() as url:
+        yield url

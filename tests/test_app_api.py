@@ -8,6 +8,7 @@ and no network.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -23,8 +24,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import gradio as gr  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from bad_inputs import BAD_INPUTS, DOC, markdown, message_of  # noqa: E402
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
@@ -49,6 +52,11 @@ def client(server):
 def _args(**overrides):
     values = {**BASE, **overrides}
     return [values[name] for name in INPUT_NAMES]
+
+
+def predict(client, **overrides):
+    """A /generate request with ``BASE`` and ``overrides``; its final outputs."""
+    return client.predict(*_args(**overrides), api_name="/generate")
 
 
 def _is_update(value) -> bool:
@@ -127,6 +135,23 @@ def test_keyword_call_with_defaults_and_randomised_seed(client):
     assert out[OUT["stats"]]["model"] == "tiny-random" and out[OUT["stats"]]["main"]["draft"] == "chain"
 
 
+def test_the_label_log_and_stats_state_the_shape_that_runs_and_how_the_prompt_was_read(client):
+    job = client.submit(*_args(prompt="🚀", method="eagle", draft="chain", baseline="sd"), api_name="/generate")
+    final = job.result(timeout=120)
+    stats = final[OUT["stats"]]
+    assert (stats["main"]["draft"], stats["baseline"]["draft"]) == ("tree", "chain")
+    assert stats["main"]["shape"] == "dynamic tree depth 3, top-3, 10 tokens"
+    assert "EAGLE-2 (dynamic tree depth 3, top-3, 10 tokens; T=1" in final[OUT["log"]]
+    labels = [o[OUT["image"]].get("label") for o in job.outputs() if _is_update(o[OUT["image"]])]
+    assert "EAGLE-2 · dynamic tree, 10 tokens" in labels
+    reading = stats["prompt_reading"]
+    assert reading["read_as"] == "rocket" and reading["nothing_matched"] and reading["unknown_words"] == ["rocket"]
+    assert "rocket" in final[OUT["notice"]] and "did not recognise" in final[OUT["notice"]]
+    suggested = predict(client, prompt="gren", method="sd", baseline="none")
+    assert suggested[OUT["stats"]]["prompt_reading"]["suggestions"] == ["green"]
+    assert "[green](#try:green)" in suggested[OUT["notice"]]
+
+
 @pytest.mark.parametrize("overrides, message", [
     (dict(prompt="   "), "enter a prompt"),
     (dict(delta=1.5), "delta: Value 1.5 is greater than maximum value 1"),
@@ -143,6 +168,30 @@ def test_keyword_call_with_defaults_and_randomised_seed(client):
 def test_bad_inputs_give_clear_errors(client, overrides, message):
     with pytest.raises(AppError, match=message):
         client.predict(*_args(**overrides), api_name="/generate")
+
+
+def test_every_bad_input_is_refused_by_name_in_one_log_line_and_the_app_goes_on(client, capfd, caplog):
+    messages = [message_of(lambda o: predict(client, **o), o) for _, _, o in BAD_INPUTS]
+    for (_, name, overrides), message in zip(BAD_INPUTS, messages):
+        assert message is not None, f"{overrides} was accepted"
+        assert re.search(rf"(^|\W){re.escape(name)}\W", message), (name, message)
+        assert "verbose error reporting" not in message
+    assert "Traceback" not in capfd.readouterr().err
+    refused = [r for r in caplog.records if r.getMessage().startswith("refused a request")]
+    assert len(refused) == len(BAD_INPUTS) and all("\n" not in r.getMessage() for r in refused)
+    assert DOC.read_text(encoding="utf-8") == markdown(messages), "docs/bad_inputs.md is out of date: " \
+                                                                   "run python tests/bad_inputs.py"
+    out = predict(client, seed=41, baseline="none")  # a normal request still works
+    assert out[OUT["stats"]]["main"]["tokens"] == _reference(seed=41).tokens.tolist()
+
+
+def test_seed_is_refused_like_every_other_count():
+    from lantern_demo import ui
+
+    for seed, message in ((1.5, "seed must be a whole number, got 1.5"), ("abc", "seed must be a number")):
+        with pytest.raises(gr.Error, match=message):
+            ui.build_request(dict(zip(INPUT_NAMES, _args(seed=seed))))
+    assert ui.build_request(dict(zip(INPUT_NAMES, _args(seed=7.0)))).seed == 7
 
 
 def test_drafter_free_methods_through_the_api(client):

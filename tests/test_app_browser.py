@@ -180,3 +180,52 @@ def test_drafter_free_sjd_lantern_against_an_sjd_baseline(page):
     table = page.inner_text("#stats-table")
     assert "SJD+LANTERN" in table and "SJD baseline" in table
     page.screenshot(path=str(ARTIFACTS / "app-sjd.png"), full_page=True)
+
+
+NO_SIDEWAYS_SCROLL = """() => {
+  const v = document.querySelector('#stats-table .virtual-table-viewport');
+  return document.documentElement.scrollWidth <= window.innerWidth && v.scrollWidth <= v.clientWidth + 1;
+}"""
+
+
+def test_enter_in_the_delta_box_reruns(page):
+    page.fill("#prompt textarea", "red heart")
+    box = page.locator("#delta input[type=number]")
+    box.fill("0.33")
+    box.press("Enter")
+    _wait_done(page, "δ=0.33,")
+
+
+def test_an_emoji_prompt_is_read_as_its_name_and_a_suggestion_fills_the_prompt(page):
+    page.fill("#prompt textarea", "🚀")
+    page.click("#generate-btn")
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Read as “rocket”')")
+    assert "did not recognise" in page.inner_text("#notice")  # the untrained model knows colours only
+    _wait_done(page, "seed")
+    page.fill("#prompt textarea", "gren")
+    page.click("#generate-btn")
+    page.wait_for_selector("#notice a[href='#try:green']")
+    page.locator("#notice a[href='#try:green']").click()
+    assert page.input_value("#prompt textarea") == "green"
+    page.screenshot(path=str(ARTIFACTS / "app-suggestion.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1280, 800)])
+def test_the_result_comes_into_view_and_the_table_fits(page, server, width, height):
+    phone = page.context.browser.new_page(viewport={"width": width, "height": height})
+    try:
+        phone.goto(server + "/")
+        phone.fill("#prompt textarea", "red heart")
+        phone.click("#generate-btn")
+        phone.wait_for_selector("#main-image img")
+        time.sleep(1.0)  # the smooth scroll
+        box = phone.locator("#main-image").bounding_box()  # relative to the viewport
+        assert box["y"] < height and box["y"] + box["height"] > 0, box
+        phone.screenshot(path=str(ARTIFACTS / f"app-{width}-running.png"))
+        phone.wait_for_function("() => document.querySelector('#log textarea').value.includes('speed-up')")
+        phone.click("#generate-btn")  # same settings: the baseline's row says "(reused)"
+        phone.wait_for_function("() => document.querySelector('#stats-table').innerText.includes('(reused)')")
+        assert phone.evaluate(NO_SIDEWAYS_SCROLL)
+        phone.locator("#stats-table").screenshot(path=str(ARTIFACTS / f"app-{width}-table.png"))
+    finally:
+        phone.close()

@@ -40,3 +40,15 @@ def test_the_vocabulary_views_agree_with_the_table():
     assert METHODS == tuple(m.name for m in METHOD_TABLE)
     assert set(RELAXED).isdisjoint(BASELINES) and set(DRAFTER_FREE) <= set(METHODS)
     assert {m.name for m in METHOD_TABLE if m.uses_lam} <= set(RELAXED)
+
+
+def test_eagle_always_drafts_its_tree_and_lantern_the_presets_fastest_shape():
+    from lantern_demo.presets import config
+
+    for name in SETTINGS:
+        assert config(name, method="eagle").shape == "tree"
+        assert config(name, method="eagle", draft="chain").shape == "tree"  # a chain would be SD
+        assert config(name, method="sd").shape == "chain"
+    assert config("emoji", method="lantern").shape == "chain"  # docs/benchmarks.md: 1.15x vs AR, tree 0.70x
+    assert config("llamagen-t2i", method="lantern").shape == "tree"  # the paper's EAGLE-2 tree
+    assert config("emoji", method="lantern", draft="tree").shape == "tree"  # an explicit choice is kept

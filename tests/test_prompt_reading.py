@@ -59,3 +59,15 @@ def test_every_example_prompt_is_read_as_the_emoji_it_names():
     _, mask, notices = enc.tokenize(list(EXAMPLES))
     for prompt, known, notice in zip(EXAMPLES, mask[:, 0].tolist(), notices):
         assert known and notice.matched is None and not notice.unknown_words, (prompt, notice.messages())
+
+
+def test_the_word_encoder_reads_emoji_too_and_reports_structured_fields():
+    from lantern_demo.text import WordTextEncoder
+
+    enc = WordTextEncoder(["red", "green", "heart"])
+    _, mask, (rocket, heart, typo) = enc.tokenize(["🚀", "❤️", "gren"])
+    assert rocket.reading() == {"read_as": "rocket", "understood_as": None, "matched": None, "nothing_matched": True,
+                                "suggestions": [], "non_latin": False, "unknown_words": ["rocket"],
+                                "truncated": False}
+    assert heart.reading()["understood_as"] == "red heart" and mask[1].any()
+    assert typo.reading()["suggestions"] == ["green"]

@@ -52,8 +52,7 @@ def _app_configs() -> dict[str, Any]:
         from lantern_demo import methods, presets
     except ImportError:  # an older tree
         return _old_app_configs()
-    values = presets.controls(presets.EMBEDDED)
-    return {m: methods.DecodeConfig.from_values(values, method=m) for m in methods.METHODS}
+    return {m: presets.config(presets.EMBEDDED, method=m) for m in methods.METHODS}
 
 
 def _old_app_configs() -> dict[str, Any]:

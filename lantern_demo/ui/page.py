@@ -7,23 +7,30 @@ the page: each control is created once, in ``_controls``, keyed by its input nam
 
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Any
 
 import gradio as gr
 
 from ..jacobi import INITS
-from ..methods import BASELINES, DRAFTER_FREE, DRAFTS, METHOD_INFO, METHOD_TABLE, RELAXED, SJD_METHODS, TITLES
+from .. import presets
+from ..methods import (BASELINES, DEFAULT_DRAFT, DRAFTER_FREE, DRAFTS, METHOD_INFO, METHOD_TABLE, RELAXED,
+                       SJD_METHODS, TITLES)
 from ..pipeline import PresetUnavailable
+from . import client, plots
 from . import models as registry
-from . import plots
 from .models import Models
-from .request import INPUT_NAMES, OUTPUT_NAMES, supersede
+from .request import INPUT_NAMES, OUTPUT_NAMES, supersede, user_error
 from .stream import generate, log_stopped, rerun
 
 METHOD_CHOICES = [(m.choice, m.name) for m in METHOD_TABLE]
 BASELINE_CHOICES = [(TITLES[m], m) for m in BASELINES] + [("none", "none")]
 DRAFT_CHOICES = ["auto", *(d for d in DRAFTS if d != "window")]
+DRAFT_INFO = ("auto: SD chain, LANTERN++ static tree, LANTERN the model's fastest (the embedded model: "
+              f"{presets.EMOJI.drafts.get('lantern', DEFAULT_DRAFT['lantern'])}; LlamaGen: "
+              f"{presets.LLAMAGEN.drafts.get('lantern', DEFAULT_DRAFT['lantern'])}). EAGLE-2 always drafts its "
+              "dynamic tree (a chain would be SD).")
 
 EXAMPLES = [
     "red heart",
@@ -35,23 +42,35 @@ EXAMPLES = [
 ]
 
 
-def _Slider(*args: Any, **kwargs: Any) -> gr.Slider:  # noqa: N802
-    """A ``gr.Slider`` whose out-of-range error names the parameter (its elem_id), for API callers.
+def _name_errors(name: str, component: gr.components.Component) -> None:
+    """Make ``component``'s input checks name the parameter, and leave wrong types to the handler.
 
-    (The instance's ``preprocess`` is wrapped: a subclass would make Gradio write a
-    ``.pyi`` stub next to this module.)
+    Gradio's own check (a slider's range, a radio's choices) fails as ``"<name>: <Gradio's
+    message>"``, logged as one line. A number box or slider given something that is not a
+    number (None, text, a fraction for a whole-number box) passes it on unchanged, so that
+    ``DecodeConfig.from_values`` (or the seed's check) refuses it by name, rather than
+    Gradio rounding it or failing without a message. (The instance's ``preprocess`` is
+    wrapped: a subclass would make Gradio write a ``.pyi`` stub next to this module.)
     """
-    slider = gr.Slider(*args, **kwargs)
-    check = slider.preprocess
+    check = component.preprocess
+    whole = getattr(component, "precision", None) == 0
 
-    def preprocess(payload: float) -> float:
+    def preprocess(payload: Any) -> Any:
+        if isinstance(component, (gr.Slider, gr.Number)) and not _plain_number(payload, whole):
+            return payload
         try:
             return check(payload)
         except gr.Error as err:
-            raise gr.Error(f"{slider.elem_id}: {err.message}", title="Invalid settings") from None
+            raise user_error(f"{name}: {err.message}") from None
 
-    slider.preprocess = preprocess  # type: ignore[method-assign]
-    return slider
+    component.preprocess = preprocess  # type: ignore[method-assign]
+
+
+def _plain_number(value: Any, whole: bool) -> bool:
+    """True for a finite int or float (a whole one if ``whole``), bools excluded."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return not whole or float(value).is_integer()
 
 
 CSS = """
@@ -104,8 +123,8 @@ random draw, would have rejected it (never for exact methods).
 """
 
 def launch_kwargs() -> dict[str, Any]:
-    """Keyword arguments for ``demo.launch()`` (Gradio 6 takes theme and CSS there)."""
-    return {"css": CSS, "theme": theme()}
+    """Keyword arguments for ``demo.launch()`` (Gradio 6 takes theme, CSS and the page's script there)."""
+    return {"css": CSS + client.CSS, "js": client.JS, "theme": theme()}
 
 
 def _method_visibility(method: str, baseline: str) -> tuple:
@@ -135,21 +154,23 @@ def _controls(models: Models, v: dict[str, Any]) -> tuple[dict[str, Any], dict[s
     c["baseline"] = gr.Radio(BASELINE_CHOICES, value=v["baseline"], elem_id="baseline",
                              label="Baseline (runs after, same prompt, seed and sampling)")
     with gr.Row():
-        c["seed"] = gr.Number(v["seed"], label="Seed", precision=0, minimum=0, maximum=2**31 - 1, elem_id="seed")
+        # no Gradio rounding or range here: the seed is also an output, and Gradio rebuilds an
+        # updated output per session without ``_name_errors``; ``request._seed`` checks it
+        c["seed"] = gr.Number(v["seed"], label="Seed", elem_id="seed")
         c["randomize_seed"] = gr.Checkbox(v["randomize_seed"], label="Randomise seed on Generate")
     relaxed0 = v["method"] in RELAXED
-    c["delta"] = _Slider(0.0, 1.0, value=v["delta"], step=0.01, label="δ: relaxation budget (TVD)",
+    c["delta"] = gr.Slider(0.0, 1.0, value=v["delta"], step=0.01, label="δ: relaxation budget (TVD)",
                          info="probability mass that may move onto the draft per position; "
                               "for LANTERN++ a cap (1 = none)", visible=relaxed0, elem_id="delta")
-    c["lam"] = _Slider(1.0, 10.0, value=v["lam"], step=0.1, label="λ (LANTERN++)", info="relaxed mass ≤ λ · p(draft)",
+    c["lam"] = gr.Slider(1.0, 10.0, value=v["lam"], step=0.1, label="λ (LANTERN++)", info="relaxed mass ≤ λ · p(draft)",
                        visible=METHOD_INFO[v["method"]].uses_lam, elem_id="lam")
-    c["k"] = _Slider(1, api_max_k, value=v["k"], step=1, label="k: nearest codebook neighbours",
+    c["k"] = gr.Slider(1, api_max_k, value=v["k"], step=1, label="k: nearest codebook neighbours",
                      visible=relaxed0, elem_id="k")
     with gr.Accordion("Drafting", open=False, visible=v["method"] not in DRAFTER_FREE) as drafting:
         _drafting_controls(c, v)
     with gr.Accordion("Jacobi window (SJD, no drafter)", open=False, elem_id="jacobi",
                       visible=v["method"] in SJD_METHODS or v["baseline"] in SJD_METHODS) as jacobi:
-        c["window"] = _Slider(1, 64, value=v["window"], step=1, label="Window L (drafts verified per pass)",
+        c["window"] = gr.Slider(1, 64, value=v["window"], step=1, label="Window L (drafts verified per pass)",
                               elem_id="window")
         c["init"] = gr.Radio(list(INITS), value=v["init"], label="New drafts start as",
                              info="vertical: the token one row above · left: the token to the left · "
@@ -158,13 +179,15 @@ def _controls(models: Models, v: dict[str, Any]) -> tuple[dict[str, Any], dict[s
                                    info="redraw each draft coupled with its previous value, so it changes "
                                         "only where the target's distribution moved (still exact)", elem_id="coupled")
     with gr.Accordion("Sampling", open=False):
-        c["temperature"] = _Slider(0.0, 2.0, value=v["temperature"], step=0.05, label="Temperature",
+        c["temperature"] = gr.Slider(0.0, 2.0, value=v["temperature"], step=0.05, label="Temperature",
                                    info="0 = greedy", elem_id="temperature")
-        c["top_k"] = _Slider(0, 16384, value=v["top_k"], step=1, label="Top-k (0 = all tokens)", elem_id="top_k")
-        c["top_p"] = _Slider(0.01, 1.0, value=v["top_p"], step=0.01, label="Top-p", elem_id="top_p")
-        c["cfg_scale"] = _Slider(0.0, 20.0, value=v["cfg_scale"], step=0.1, label="CFG scale",
+        c["top_k"] = gr.Slider(0, 16384, value=v["top_k"], step=1, label="Top-k (0 = all tokens)", elem_id="top_k")
+        c["top_p"] = gr.Slider(0.01, 1.0, value=v["top_p"], step=0.01, label="Top-p", elem_id="top_p")
+        c["cfg_scale"] = gr.Slider(0.0, 20.0, value=v["cfg_scale"], step=0.1, label="CFG scale",
                                  info="classifier-free guidance; 1 = off", elem_id="cfg_scale")
     assert sorted(c) == sorted(INPUT_NAMES), "each input of the endpoint is created once"
+    for name, component in c.items():
+        _name_errors(name, component)
     return {n: c[n] for n in INPUT_NAMES}, {"run": run_btn, "stop": stop_btn, "drafting": drafting, "jacobi": jacobi, "page_max_k": max_k,
                "api_max_k": api_max_k}
 
@@ -172,16 +195,16 @@ def _controls(models: Models, v: dict[str, Any]) -> tuple[dict[str, Any], dict[s
 def _drafting_controls(c: dict[str, Any], v: dict[str, Any]) -> None:
     """The drafting accordion's controls, into ``c``."""
     c["draft"] = gr.Radio(DRAFT_CHOICES, value=v["draft"], label="Draft shape",
-                          info="auto: SD chain, EAGLE-2/LANTERN dynamic tree, LANTERN++ static tree")
-    c["gamma"] = _Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ (most drafts per pass)",
+                          info=DRAFT_INFO)
+    c["gamma"] = gr.Slider(1, 16, value=v["gamma"], step=1, label="Chain length γ (most drafts per pass)",
                          elem_id="gamma")
-    c["confidence"] = _Slider(0.0, 0.99, value=v["confidence"], step=0.01, label="Chain: stop below confidence",
+    c["confidence"] = gr.Slider(0.0, 0.99, value=v["confidence"], step=0.01, label="Chain: stop below confidence",
                               info="stop drafting once the product of the drafts' probabilities "
                                    "falls below this (0 = always γ drafts)", elem_id="confidence")
-    c["depth"] = _Slider(1, 12, value=v["depth"], step=1, label="Tree depth", elem_id="depth")
-    c["branching"] = _Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)",
+    c["depth"] = gr.Slider(1, 12, value=v["depth"], step=1, label="Tree depth", elem_id="depth")
+    c["branching"] = gr.Slider(1, 16, value=v["branching"], step=1, label="Tree top-k (children per node)",
                              elem_id="branching")
-    c["tree_tokens"] = _Slider(2, 128, value=v["tree_tokens"], step=1, label="Tree total tokens (incl. the root)",
+    c["tree_tokens"] = gr.Slider(2, 128, value=v["tree_tokens"], step=1, label="Tree total tokens (incl. the root)",
                                elem_id="tree_tokens")
 
 
@@ -219,7 +242,7 @@ def _outputs_column(v: dict[str, Any]) -> dict[str, Any]:
                           interactive=False, autoscroll=True, elem_id="log")
     o["compare"] = gr.ImageSlider(label="Compare: method | baseline (drag the handle)", type="pil", format="png",
                                   interactive=False, elem_id="compare", elem_classes="pixelated", max_height=320)
-    o["table"] = gr.Dataframe(plots.stats_table([]), label="Statistics (wall time: prefill to last token)",
+    o["table"] = gr.Dataframe(plots.stats_table([]), label="Statistics (wall time: prefill to last token)", wrap=True,
                               interactive=False, elem_id="stats-table")
     return o
 

@@ -37,6 +37,8 @@ LEGEND_HEIGHT = 22
 KIND_COLOURS = {"accepted drafts": "#fd8d3c", "sampled by target": "#707c92"}
 AR_SERIES = "AR (1 token per pass)"
 RUN_COLOURS = {"method": "#f97316", "baseline": "#3b82f6", AR_SERIES: "#9ca3af"}
+#: The charts' x axes span at least this many target passes (one pass would give ticks 0.0, 0.1, ...).
+MIN_AXIS_PASSES = 10
 DISPLAY_SIZE = 256  # images smaller than this are enlarged (nearest neighbour) for display
 
 
@@ -192,17 +194,20 @@ def step_counts(steps: Sequence[Step]) -> tuple[list[int], list[int]]:
 
 
 def per_step_frame(steps: Sequence[Step]) -> pd.DataFrame:
-    """Long table for a stacked bar chart: pass (1 = prefill), tokens, kind."""
+    """Long table for a stacked bar chart: pass (1 = prefill), tokens, kind; passes not run yet up
+    to ``MIN_AXIS_PASSES`` have 0 tokens (so that the axis starts with whole-number ticks)."""
     drafts, target = step_counts(steps)
     rows = []
-    for i, (d, t) in enumerate(zip(drafts, target), 1):
+    for i in range(1, max(len(steps), MIN_AXIS_PASSES) + 1):
+        d, t = (drafts[i - 1], target[i - 1]) if i <= len(steps) else (0, 0)
         rows.append((i, d, "accepted drafts"))
         rows.append((i, t, "sampled by target"))
     return pd.DataFrame(rows, columns=["target pass", "tokens", "kind"])
 
 
 def cumulative_frame(runs: dict[str, Sequence[Step]], num_tokens: int) -> pd.DataFrame:
-    """Tokens committed after each target pass for every run ("method", "baseline"), plus the AR line y = x."""
+    """Tokens committed after each target pass for every run ("method", "baseline"), plus the AR line
+    y = x (at least ``MIN_AXIS_PASSES`` long, so that the axis starts with whole-number ticks)."""
     rows = []
     longest = 1
     for label, steps in runs.items():
@@ -212,7 +217,7 @@ def cumulative_frame(runs: dict[str, Sequence[Step]], num_tokens: int) -> pd.Dat
             total += len(st.tokens)
             rows.append((i, total, label))
         longest = max(longest, len(steps))
-    end = min(max(longest, 1), num_tokens)
+    end = min(max(longest, MIN_AXIS_PASSES), num_tokens)
     rows += [(0, 0, AR_SERIES), (end, end, AR_SERIES)]
     return pd.DataFrame(rows, columns=["target passes", "tokens", "run"])
 

@@ -22,7 +22,9 @@ from ..methods import RELAXED, DecodeConfig
 from ..spaces_compat import GPU
 from . import models as registry
 from . import plots
-from .request import OUTPUT_NAMES, Request, alive_check, build_request, describe, titles
+from .notice import prompt_notice
+from .request import (OUTPUT_NAMES, Request, alive_check, build_request, describe, describe_shape, image_label,
+                      titles)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class _Run:
     stats: dict[str, float] = dataclasses.field(default_factory=dict)
     reused: bool = False
     notices: list[str] = dataclasses.field(default_factory=list)
+    reading: dict = dataclasses.field(default_factory=dict)
     first_image_s: float | None = None
     final_image_s: float | None = None
     frames: int = 0
@@ -54,6 +57,7 @@ class _Run:
         return {
             "method": self.config.method,
             "draft": self.config.shape,
+            "shape": describe_shape(self.config),
             "config": dataclasses.asdict(self.config),
             "stats": self.stats,
             "accepted_per_step": [len(s.tokens) for s in self.steps],
@@ -127,7 +131,7 @@ def _stream_run(req: Request, config: DecodeConfig, label: str, role: str, log: 
                 committed += len(step.tokens)
                 log.add(plots.step_line(label, step, committed, n, config.relaxed))
             seen = len(gen.steps)
-            run.steps, run.notices = gen.steps, gen.notices
+            run.steps, run.notices, run.reading = gen.steps, gen.notices, gen.reading
             if gen.image is None and not gen.done:
                 continue
             t_frame = time.perf_counter()
@@ -169,8 +173,9 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
                + (f" vs {base_label} ({describe(req.baseline)})" if req.baseline else ""))
     reuse = bool(req.baseline and cache and cache.get("key") == _baseline_key(req))
     base_value = cache["run"].image if reuse else None
-    yield _outputs(image=gr.update(label=main_label),
-                   baseline_image=gr.update(value=base_value, label=base_label or "Baseline (none)"),
+    yield _outputs(image=gr.update(label=image_label(main_label, req.config)),
+                   baseline_image=gr.update(value=base_value, label=image_label(base_label, req.baseline)
+                                            if req.baseline else "Baseline (none)"),
                    compare=None, table=plots.stats_table([]), seed=req.seed, notice=notice,
                    log=log.text())
     shown: dict[str, Any] = {"baseline_image": base_value, "seed": req.seed, "notice": notice}
@@ -181,7 +186,7 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
             noticed = True
             for message in main.notices:
                 gr.Warning(message)
-            frame["notice"] = "\n\n".join(filter(None, [notice] + [f"ℹ️ {m}" for m in main.notices]))
+            frame["notice"] = "\n\n".join(filter(None, [notice, prompt_notice(main.reading, main.notices)]))
         shown.update(frame)
         yield _outputs(**frame)
     assert main is not None
@@ -223,6 +228,7 @@ def _summary(req: Request, main: _Run, base: _Run | None, log: _Log, t_click: fl
         "prompt": req.prompt,
         "seed": req.seed,
         "notices": main.notices,
+        "prompt_reading": main.reading,
         "main": main.as_json(n),
         "baseline": base.as_json(n) if base is not None else None,
         "speedup": speedup,
