@@ -52,6 +52,9 @@ def _app_configs() -> dict[str, Any]:
         from lantern_demo import methods, presets
     except ImportError:  # an older tree
         return _old_app_configs()
+    if not hasattr(presets, "config"):  # before per-preset draft shapes: each method's own default shape
+        values = {**presets.controls(presets.EMBEDDED), "draft": "auto"}
+        return {m: methods.DecodeConfig.from_values(values, method=m) for m in methods.METHODS}
     return {m: presets.config(presets.EMBEDDED, method=m) for m in methods.METHODS}
 
 
