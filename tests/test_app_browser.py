@@ -196,6 +196,19 @@ def test_enter_in_the_delta_box_reruns(page):
     _wait_done(page, "δ=0.33,")
 
 
+def test_a_bad_delta_is_named_after_a_method_switch_rebuilt_the_slider(page):
+    # showing/hiding δ is a property update: Gradio rebuilds the slider for this session
+    page.get_by_text("AR (plain, 1 token per pass)").click()
+    page.wait_for_selector("#delta", state="hidden")
+    page.get_by_text("LANTERN (relaxed, δ and k)").click()
+    box = page.locator("#delta input[type=number]")
+    box.fill("5")
+    box.press("Enter")
+    page.wait_for_selector("text=delta: Value 5 is greater than maximum value 1")
+    box.fill("0.4")
+    box.press("Tab")
+
+
 def test_an_emoji_prompt_is_read_as_its_name_and_a_suggestion_fills_the_prompt(page):
     page.fill("#prompt textarea", "🚀")
     page.click("#generate-btn")

@@ -64,6 +64,30 @@ def _name_errors(name: str, component: gr.components.Component) -> None:
             raise user_error(f"{name}: {err.message}") from None
 
     component.preprocess = preprocess  # type: ignore[method-assign]
+    component.named_errors = name  # type: ignore[attr-defined]
+
+
+def _keep_names(demo: gr.Blocks, controls: dict[str, Any]) -> None:
+    """Keep ``_name_errors`` on the session copies Gradio makes of the controls.
+
+    A handler that updates a control's properties (visibility on a method change, k's range on
+    a model change) makes Gradio build a new instance of that component for the session
+    (``block.__class__(**kwargs)``), without the wrapper; the session's copy is what checks the
+    next request's input. So before each request's inputs are checked, any session copy of a
+    control is wrapped too.
+    """
+    names = {component._id: name for name, component in controls.items()}
+    check_inputs = demo.preprocess_data
+
+    async def preprocess_data(block_fn, inputs, state, explicit_call=False):
+        for block in block_fn.inputs if state is not None else ():
+            if block._id in names and block._id in state:
+                copy = state[block._id]
+                if getattr(copy, "named_errors", None) is None:
+                    _name_errors(names[block._id], copy)
+        return await check_inputs(block_fn, inputs, state, explicit_call)
+
+    demo.preprocess_data = preprocess_data  # type: ignore[method-assign]
 
 
 def _plain_number(value: Any, whole: bool) -> bool:
@@ -154,8 +178,7 @@ def _controls(models: Models, v: dict[str, Any]) -> tuple[dict[str, Any], dict[s
     c["baseline"] = gr.Radio(BASELINE_CHOICES, value=v["baseline"], elem_id="baseline",
                              label="Baseline (runs after, same prompt, seed and sampling)")
     with gr.Row():
-        # no Gradio rounding or range here: the seed is also an output, and Gradio rebuilds an
-        # updated output per session without ``_name_errors``; ``request._seed`` checks it
+        # no Gradio rounding or range here: ``request._seed`` checks it (whole, in range) by name
         c["seed"] = gr.Number(v["seed"], label="Seed", elem_id="seed")
         c["randomize_seed"] = gr.Checkbox(v["randomize_seed"], label="Randomise seed on Generate")
     relaxed0 = v["method"] in RELAXED
@@ -264,6 +287,7 @@ def build_demo(models: Models) -> gr.Blocks:
         gr.Markdown(FOOTER, elem_id="footer")
         outputs = [*out.values(), controls["seed"], notice, stats, gr.State(None)]  # OUTPUT_NAMES + the cache
         _wire(demo, models, controls, parts, outputs, notice)
+    _keep_names(demo, controls)
     return demo
 
 
