@@ -13,6 +13,10 @@ request with CFG (2 rows) at prefix + 256 image tokens + a 59-node tree.
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+
 import torch
 
 from .checkpoints import xl_parameter_counts
@@ -71,15 +75,23 @@ def llamagen_sizes(tree_tokens: int = 59, k_max: int = 1000, grid: int = 16) -> 
 
 
 def main() -> None:
-    s = llamagen_sizes()
+    """Print the table and each preset's estimate; ``--json PATH`` also writes them (the file Spaces.md cites)."""
+    ap = argparse.ArgumentParser(description="Parameter counts and GPU memory of the LlamaGen presets")
+    ap.add_argument("--json", type=Path, default=None, help="write the estimates here")
+    args = ap.parse_args()
+    sizes = {preset: llamagen_sizes(grid=grid) for preset, grid in (("llamagen-t2i", 16), ("llamagen-t2i-512", 32))}
+    s = sizes["llamagen-t2i"]
     print("| component | parameters |\n|---|---|")
     for key, label in [("gpt_parameters", "GPT-XL target"), ("drafter_parameters", "EAGLE drafter (all)"),
                        ("drafter_trainable", "drafter, trained part"), ("t5_encoder_parameters", "flan-t5-xl encoder"),
                        ("vq_parameters", "VQ_16 tokenizer")]:
         print(f"| {label} | {s[key] / 1e6:.1f}M |")
-    print(f"\nbf16 weights {s['weights_bytes_bf16'] / GiB:.2f} GiB + KV caches {s['kv_cache_bytes'] / GiB:.2f} GiB"
-          f" + neighbour table {s['neighbor_table_bytes'] / GiB:.2f} GiB = {s['total_bytes'] / GiB:.2f} GiB"
-          " before activations and the CUDA context (plan for ~6 GiB).")
+    for preset, s in sizes.items():
+        print(f"\n{preset}: bf16 weights {s['weights_bytes_bf16'] / GiB:.2f} GiB + KV caches "
+              f"{s['kv_cache_bytes'] / GiB:.2f} GiB + neighbour table {s['neighbor_table_bytes'] / GiB:.2f} GiB = "
+              f"{s['total_bytes'] / GiB:.2f} GiB before activations and the CUDA context.")
+    if args.json is not None:
+        args.json.write_text(json.dumps(sizes, indent=1) + "\n")
 
 
 if __name__ == "__main__":
