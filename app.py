@@ -17,4 +17,5 @@ from lantern_demo.ui import create_app, launch_kwargs  # noqa: E402
 demo, models = create_app()
 
 if __name__ == "__main__":
+    models.compile()  # the one-token pass on a CPU: some seconds, so at launch rather than at import
     demo.launch(**launch_kwargs())

@@ -70,6 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .compiled_pass import compiled_one_token_pass
 from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
 
@@ -459,6 +460,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.cache: KVCache | None = None
         self._decode_head: Tensor | None = None  # lm_head for decoding, made at prefill
+        self._one_token: Any = None  # the compiled one-token pass, once compile_one_token() turned it on
+        self._one_token_inputs: dict[str, Any] = {}  # its inputs that stay fixed from one prefill to the next
         self.apply(self._init)
 
     def _init(self, m: nn.Module) -> None:
@@ -487,6 +490,17 @@ class GPT(nn.Module):
         """
         emb, key_mask = prepare_caption_batch(caption.to(self.device), caption_mask, self.cfg.cls_token_num)
         return self.cls_embedding(emb.to(self.dtype), drop), key_mask
+
+    def compile_one_token(self, on: bool = True) -> bool:
+        """Run every later pass of one token per row through the compiled
+        ``compiled_pass.one_token_pass`` (float32 on a CPU, where a pass is mostly operator
+        dispatch; the first such pass compiles it); returns False, changing nothing, elsewhere.
+        ``on=False`` goes back to the eager pass."""
+        if not on or self.device.type != "cpu" or self.dtype != torch.float32:
+            self._one_token, self._one_token_inputs = None, {}
+            return False
+        self._one_token = compiled_one_token_pass()
+        return True
 
     @torch.no_grad()
     def prefill(self, cond: Any, rows: int, max_tokens: int) -> Prefix:
@@ -522,6 +536,13 @@ class GPT(nn.Module):
         for i, layer in enumerate(self.layers):
             layer.prepare_decode()
             h = layer(h, rotation, attn_mask, kv=self.cache.layer(i), offset=0)
+        if self._one_token is not None:
+            self._one_token_inputs = dict(
+                rope=_rope_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(self.device)),
+                embed=self.embed_tokens.weight.detach(), kv=self.cache.kv, valid=self.cache.valid_keys(),
+                layers=[(*b.self_attn._decode, *b.mlp._decode, b.input_layernorm.weight.detach(),
+                         b.post_attention_layernorm.weight.detach()) for b in self.layers],
+                norm=self.norm.weight.detach(), head=self._decode_head, n_head=cfg.n_head, eps=cfg.norm_eps)
         hidden = self.norm(h)
         logits = stacked_linear(hidden[:, -1], self._decode_head).float()
         return Prefix(logits=logits, hidden=hidden, embeds=embeds)
@@ -540,10 +561,15 @@ class GPT(nn.Module):
         if tokens.dim() == 2 and tokens.shape[0] != c.rows:
             raise ValueError(f"tokens must be [T] or [{c.rows}, T], got {tuple(tokens.shape)}")
         attn_mask = c.step_mask(mask, T)
+        offset = c.prefix + c.length
+        if self._one_token_inputs and T == 1 and mask is None and tokens.dim() == 1:
+            logits, hidden = self._one_token(tokens, positions.to(self.device).reshape(1),
+                                             torch.tensor([offset], device=self.device), **self._one_token_inputs)
+            c.length += 1
+            return logits, hidden
         rotation = rotation_for_positions(self.cfg, positions.to(self.device).reshape(-1))
         h = self.embed_tokens(tokens)
         h = h.expand(c.rows, T, -1) if tokens.dim() == 1 else h
-        offset = c.prefix + c.length
         for i, layer in enumerate(self.layers):
             h = layer(h, rotation, attn_mask, kv=c.layer(i), offset=offset)
         hidden = self.norm(h)

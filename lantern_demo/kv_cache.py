@@ -1,9 +1,11 @@
 """What a cached decode pass works with: the KV buffer, its attention masks and the decoding weights.
 
-KV cache: ``GPT.prefill`` (and ``Drafter.prefill``) allocates one :class:`KVCache` buffer
-``[n_layer, 2 (k, v), R, H, P + max_tokens, head_dim]`` (in the weights' dtype) and writes
-the prefix; each ``forward`` appends image entries after ``length``; ``keep`` compacts all
-layers with one gather. Prefix keys of padded caption positions are masked for every
+KV cache: ``GPT.prefill`` (and ``Drafter.prefill``) allocates a :class:`KVCache`, one buffer
+``[2 (k, v), R, H, P + max_tokens, head_dim]`` per layer (in the weights' dtype), and writes
+the prefix; each ``forward`` appends image entries after ``length``; ``keep`` compacts every
+layer. A buffer per layer (not one for all layers) is what lets the compiled one-token pass
+(``lantern_demo.compiled_pass``) write each layer's buffer in place: views of one shared
+buffer given to a compiled graph would make it copy the whole buffer at every pass. Prefix keys of padded caption positions are masked for every
 query but their own (:func:`train_attention_mask`, also what training uses).
 
 Decoding weights (the per-pass cost of a small model on a CPU is mostly operator calls,
@@ -59,28 +61,37 @@ def stacked_linear(x: Tensor, decode_weight: Tensor | None, *linears: nn.Linear)
 
 
 class KVCache:
-    """One K/V buffer ``kv [n_layer, 2 (k, v), R, H, prefix + capacity, hd]`` plus the image-entry bookkeeping.
+    """K/V buffers ``kv[layer] [2 (k, v), R, H, prefix + capacity, hd]`` plus the image-entry bookkeeping.
 
     ``prefix`` entries (the condition) come first and are never dropped; ``length``
     counts image entries after them. ``key_mask [R, prefix]`` (or None = all valid)
-    masks prefix keys for every image query. One buffer for all layers lets
-    :meth:`keep` move every layer's entries with one gather.
+    masks prefix keys for every image query.
     """
 
     def __init__(self, n_layer: int, rows: int, n_head: int, head_dim: int, prefix: int, capacity: int,
                  dtype: torch.dtype, device: torch.device, key_mask: Tensor | None = None):
-        self.kv = torch.zeros(n_layer, 2, rows, n_head, prefix + capacity, head_dim, dtype=dtype, device=device)
+        self.kv = [torch.zeros(2, rows, n_head, prefix + capacity, head_dim, dtype=dtype, device=device)
+                   for _ in range(n_layer)]
         self.rows, self.prefix, self.capacity = rows, prefix, capacity
         self.key_mask = key_mask
+        self.device = torch.device(device)
         self.length = 0
 
     def layer(self, i: int) -> Tensor:
-        """Layer ``i``'s buffer [2 (k, v), R, H, prefix + capacity, hd] (a view)."""
+        """Layer ``i``'s buffer [2 (k, v), R, H, prefix + capacity, hd]."""
         return self.kv[i]
+
+    def valid_keys(self) -> Tensor:
+        """[R, prefix + capacity] bool: the keys an image query may see once written (prefix keys by
+        ``key_mask``, every image entry); a pass also hides the entries after its own."""
+        valid = torch.ones(self.rows, self.prefix + self.capacity, dtype=torch.bool, device=self.device)
+        if self.key_mask is not None:
+            valid[:, :self.prefix] = self.key_mask
+        return valid
 
     def prefix_mask(self) -> Tensor:
         """[R, 1, P, P] bool: causal over the prefix, masked keys, diagonal always on."""
-        P, dev = self.prefix, self.kv.device
+        P, dev = self.prefix, self.device
         km = self.key_mask if self.key_mask is not None else torch.ones(self.rows, P, dtype=torch.bool, device=dev)
         return train_attention_mask(km, P)
 
@@ -89,7 +100,7 @@ class KVCache:
         L, P = self.length, self.prefix
         if L + T > self.capacity:
             raise RuntimeError(f"KV cache overflow: {L} + {T} entries > capacity {self.capacity} (raise max_tokens)")
-        dev = self.kv.device
+        dev = self.device
         if mask is None:
             if T == 1 and self.key_mask is None:
                 return None
@@ -109,7 +120,7 @@ class KVCache:
 
     def keep(self, start: int, index: Tensor) -> None:
         L = self.length
-        index = torch.as_tensor(index, dtype=torch.long, device=self.kv.device).reshape(-1)
+        index = torch.as_tensor(index, dtype=torch.long, device=self.device).reshape(-1)
         n = index.numel()
         if not 0 <= start <= L:
             raise ValueError(f"keep start {start} outside 0..{L}")
@@ -118,5 +129,6 @@ class KVCache:
         # a chain's accepted drafts are already in place (index = 0..n-1): nothing to move
         if n and not torch.equal(index, torch.arange(n, device=index.device)):
             lo = self.prefix + start
-            self.kv[..., lo:lo + n, :] = self.kv.index_select(-2, lo + index)
+            for kv in self.kv:
+                kv[..., lo:lo + n, :] = kv.index_select(-2, lo + index)
         self.length = start + n

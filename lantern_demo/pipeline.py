@@ -27,6 +27,7 @@ model.safetensors, ``checkpoints.save_gpt`` / ``save_drafter``), ``vq/``
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from .steps import Step, summarize
 from .text import PromptNotice, T5TextEncoder, TextEncoder, load_text_encoder
 from .tiny import tiny_components
 from .vq import VQDecoder
+
+logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 2000
 
@@ -118,6 +121,25 @@ class LanternPipeline:
     @property
     def max_k(self) -> int:
         return int(self.neighbors.shape[1])
+
+    def compile(self) -> float | None:
+        """Turn on the target's compiled one-token pass (``GPT.compile_one_token``: CPUs only) and
+        compile it now, for the guided rows (2) of this pipeline's image size, so that no request
+        waits for it (rows = 1, guidance off, compiles at its first use). Returns the seconds it
+        took, or None when it does not apply here or fails (the eager pass then stays; logged)."""
+        with self._lock:
+            if not self.target.compile_one_token():
+                return None
+            t0 = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    self.target.prefill(None, 2, self.num_tokens)
+                    self.target.forward(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+            except Exception:  # no C++ compiler, an inductor limit: decoding works as before, only slower
+                logger.exception("compiling the one-token pass failed; decoding stays eager")
+                self.target.compile_one_token(False)
+                return None
+            return time.perf_counter() - t0
 
     def check(self, config: DecodeConfig) -> None:
         """Raise ValueError for settings out of range (``DecodeConfig.validate``, k up to this

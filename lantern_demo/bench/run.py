@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     log = print if main_proc else (lambda *a, **k: None)
     preset = args.preset or default_preset()
     pipe = load_pipeline(preset, device)
+    if not args.eager:
+        pipe.compile()
     notes = resolve_defaults(args, pipe.preset.needs_gpu, preset, pipe.max_k)
     settings = build_settings(args)
     prompts, real_idx, ds, desc = prompt_set(preset, args.num_prompts, args.seed, args.prompts_file, args.data,

@@ -243,6 +243,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="default: the emoji preset's setting, else SamplingConfig's")
     ap.add_argument("--top-p", type=float, default=CONTROL_DEFAULTS["top_p"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process")
+    ap.add_argument("--eager", action="store_true", help="keep the eager one-token pass (by default a CPU "
+                    "compiles it, as app.py does: LanternPipeline.compile)")
     ap.add_argument("--eval-encoder", type=Path, default=None, help="default assets/eval")
     ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench")
     ap.add_argument("--no-plots", action="store_true")

@@ -21,8 +21,9 @@ runs by wrapping ``target.forward`` (so each tree runs them in its engine's own 
 mode); "target pass at one token" is the median of AR's passes. Each pass's FLOPs are
 counted from the model's shapes (:func:`pass_flops`) and divided by its time, next to a
 large matmul's rate measured by the same worker. Tokens of old and new must be
-identical for the same seed; the logits of a prefill and of a 16-token pass are compared
-too (max abs difference).
+identical for the same seed; the logits of a prefill, of a one-token pass and of a 16-token
+pass are compared too (max abs difference). A tree whose pipeline can compile its one-token
+pass (``LanternPipeline.compile``) runs compiled, as ``app.py`` does, unless ``--eager``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _timed(fn: Any, log: list) -> Any:
     return wrapper
 
 
-def worker(root: str, assets: str) -> None:
+def worker(root: str, assets: str, eager: bool) -> None:
     """Serve JSON-line requests on stdin for the tree at ``root`` (its ``lantern_demo``)."""
     proto = sys.stdout
     sys.stdout = sys.stderr  # library prints must not corrupt the protocol
@@ -99,6 +100,8 @@ def worker(root: str, assets: str) -> None:
     hub.register_preset(hub.Preset(name="emoji", title="emoji", resolution=64, grid=16, local_dir=assets),
                         replace=True)
     pipe = pipeline.load_pipeline("emoji", "cpu")
+    if not eager and hasattr(pipe, "compile"):
+        pipe.compile()
     configs = _app_configs()
     target_log: list = []
     drafter_log: list = []
@@ -129,10 +132,13 @@ def worker(root: str, assets: str) -> None:
         elif cmd == "logits":
             cond, _ = pipe.encode_prompt(req["prompt"])
             toks = torch.tensor(req["tokens"])
-            with torch.no_grad():
+            with torch.inference_mode():
+                pipe.target.prefill(cond, 2, len(toks) + 1)
+                one, _ = forward(toks[:1], torch.arange(1))
                 pre = pipe.target.prefill(cond, 2, len(toks) + 1)
                 logits, _ = forward(toks, torch.arange(len(toks)))
-            out = {"prefill": pre.logits.flatten().tolist(), "pass": logits.flatten().tolist()}
+            out = {"prefill": pre.logits.flatten().tolist(), "one": one.flatten().tolist(),
+                   "pass": logits.flatten().tolist()}
         elif cmd == "matmul":
             a, b = torch.randn(MATMUL_N, MATMUL_N), torch.randn(MATMUL_N, MATMUL_N)
             a @ b
@@ -154,11 +160,11 @@ def worker(root: str, assets: str) -> None:
 class Worker:
     """One worker process for the tree at ``root``."""
 
-    def __init__(self, root: Path, assets: Path):
+    def __init__(self, root: Path, assets: Path, eager: bool = False):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": ""}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", "--root", str(root), "--assets", str(assets)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=str(root))
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", "--root", str(root), "--assets", str(assets)]
+                                     + ["--eager"] * eager, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=str(root))
 
     def ask(self, **req: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -205,10 +211,10 @@ def _pass_summary(runs: list[dict[str, Any]], info: dict[str, Any]) -> dict[str,
 
 
 def run(old_root: Path, new_root: Path, assets: Path, prompts: list[str], methods: list[str],
-        repeats: int) -> dict[str, Any]:
+        repeats: int, eager: bool = False) -> dict[str, Any]:
     from .paired import paired_entry
 
-    trees = {"old": Worker(old_root, assets), "new": Worker(new_root, assets)}
+    trees = {"old": Worker(old_root, assets, eager), "new": Worker(new_root, assets, eager)}
     try:
         info = trees["new"].ask(cmd="info")
         matmul = {k: [w.ask(cmd="matmul")["gflops"]] for k, w in trees.items()}
@@ -261,7 +267,8 @@ def run(old_root: Path, new_root: Path, assets: Path, prompts: list[str], method
         passes["paired"] = {"old": paired_entry(per_prompt["old"], per_prompt["new"])}
         out["one_token_pass"] = passes
     out["logits_max_abs_diff"] = {
-        part: max(abs(a - b) for a, b in zip(logits["old"][part], logits["new"][part])) for part in ("prefill", "pass")
+        part: max(abs(a - b) for a, b in zip(logits["old"][part], logits["new"][part]))
+        for part in ("prefill", "one", "pass")
     }
     return out
 
@@ -285,7 +292,8 @@ def table(res: dict[str, Any]) -> str:
                      f"{ps['new']['gflops']:.2f} GFLOP/s; {MATMUL_N}^3 matmul: "
                      f"old worker {res['matmul_gflops']['old']:.1f}, new worker {res['matmul_gflops']['new']:.1f} GFLOP/s")
     d = res["logits_max_abs_diff"]
-    lines.append(f"logits max |old - new|: prefill {d['prefill']:.3g}, 16-token pass {d['pass']:.3g}")
+    lines.append(f"logits max |old - new|: prefill {d['prefill']:.3g}, one-token pass {d['one']:.3g}, "
+                 f"16-token pass {d['pass']:.3g}")
     return "\n".join(lines)
 
 
@@ -299,9 +307,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=6, help="the first N of ui.EXAMPLES")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=Path("docs/bench/versus.json"))
+    ap.add_argument("--eager", action="store_true", help="keep the eager one-token pass (no LanternPipeline.compile)")
     args = ap.parse_args(argv)
     if args.worker:
-        worker(str(args.root), str(args.assets))
+        worker(str(args.root), str(args.assets), args.eager)
         return
     if args.against is None:
         ap.error("--against is required")
@@ -311,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
 
     prompts = EXAMPLES[: args.prompts]
     res = run(args.against.resolve(), args.root.resolve(), assets.resolve(), prompts, args.methods.split(","),
-              args.repeats)
+              args.repeats, args.eager)
     res["args"] = {k: str(v) for k, v in vars(args).items() if k != "worker"}
     res["note"] = ("CPU time of one thread per worker; the two workers never compute at the same time; "
                    "wall-time ratios in paired_wall")

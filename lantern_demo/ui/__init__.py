@@ -8,7 +8,7 @@ CSS). ``app.py`` calls both. The parts: ``models`` (the model registry),
 ``stream`` (the handlers: streaming the method and the baseline), ``page``
 (layout and events), ``plots`` (pictures, chart data, tables and log lines).
 
-Environment (read by ``load_models``):
+Environment (read by ``load_models``, and ``Models.compile``):
 - ``LANTERN_PRESETS``: comma-separated presets offered in the model selector
   (default: every registered preset, unavailable ones listed with the reason);
 - ``LANTERN_DEFAULT_PRESET``: the preset selected at start (default: the embedded
@@ -17,6 +17,8 @@ Environment (read by ``load_models``):
 - ``LANTERN_PRELOAD``: ``all`` (default: load every available offered preset at
   start-up) or ``default`` (only the default; others on first use);
 - ``LANTERN_DEVICE``: ``cpu`` / ``cuda`` (default: CUDA when available);
+- ``LANTERN_COMPILE``: ``0`` keeps the eager one-token pass (default ``1``: on a CPU,
+  ``app.py`` compiles it at launch, ``Models.compile``);
 - ``LANTERN_QUEUE_SIZE`` (default 16), ``LANTERN_GPU_DURATION`` (seconds asked of
   ZeroGPU per generation, default 90).
 

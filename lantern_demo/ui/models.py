@@ -33,6 +33,17 @@ class Models:
     default: str
     device: torch.device
     startup_notes: list[str] = dataclasses.field(default_factory=list)
+    compiled: bool = False  # compile() was called: pipelines loaded later compile their one-token pass too
+
+    def compile(self) -> None:
+        """Compile the one-token decode pass of every loaded pipeline (``LanternPipeline.compile``:
+        CPUs only) and of those loaded later. ``app.py`` calls this at launch, not at import, which
+        stays light; ``LANTERN_COMPILE=0`` turns it off."""
+        if os.environ.get("LANTERN_COMPILE", "1").strip() == "0":
+            return
+        self.compiled = True
+        for pipe in self.pipelines.values():
+            _compile(pipe)
 
     def get(self, name: str) -> LanternPipeline:
         """The loaded pipeline of ``name`` (loading it now if needed); PresetUnavailable if it can't run."""
@@ -52,6 +63,8 @@ class Models:
             self.status[name] = f"failed to load ({type(err).__name__}: {err})"
             raise PresetUnavailable(f"Model {name!r} failed to load: {type(err).__name__}: {err}") from err
         self.pipelines[name] = pipe
+        if self.compiled:
+            _compile(pipe)
         return pipe
 
     def choices(self) -> list[tuple[str, str]]:
@@ -87,6 +100,12 @@ class Models:
         if pipe is not None and pipe.drafter is None:
             values.update(method="sjd+lantern", baseline="sjd")
         return values
+
+
+def _compile(pipe: LanternPipeline) -> None:
+    seconds = pipe.compile()
+    if seconds is not None:
+        logger.info("compiled the one-token pass of %s in %.1f s", pipe.preset.name, seconds)
 
 
 def short(reason: str | None, n: int = 90) -> str:
