@@ -31,7 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .gpt import Block, GPTConfig, prefix_rope, prepare_caption, qkv_rotation, rope_for_positions, rotation_for_positions
+from .gpt import Block, GPTConfig, prepare_caption
+from .rope import prefix_rope, qkv_rotation, rope_for_positions, rotation_for_positions
 from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
 

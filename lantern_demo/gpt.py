@@ -11,15 +11,11 @@ Architecture (LlamaGen T2I stage I, "GPT-XL" preset ``GPTConfig.llamagen_xl()``)
 * image tokens are VQ indices in raster order; image token ``i`` sits at
   sequence position ``P + i``; the logits at sequence position ``P - 1 + i``
   predict image token ``i`` (so the last prefix position predicts token 0);
-* 2D rotary embedding as in LlamaGen: of the ``head_dim / 2`` rotary pairs
-  (adjacent elements ``(2m, 2m+1)``, not the "rotate_half" layout) the first
-  half rotate with the image row ``i // grid`` and the second half with the
-  column ``i % grid``; prefix positions get ``cos = sin = 0`` (their q and k are
-  zero), which is what LlamaGen's released weights were trained with
-  (``GPTConfig.prefix_rope = "zero"``); ``"identity"`` (:func:`prefix_rope`) keeps
-  the caption keys' content and is what the shipped emoji weights use
-  (``assets/emoji/*/config.json``). Positions ``>= grid * grid`` (speculative
-  overshoot) also get zeros, as in the LANTERN release's padded table.
+* 2D rotary embedding as in LlamaGen (``lantern_demo.rope``): pairs rotate with the
+  image row or column; prefix positions get ``cos = sin = 0`` (their q and k are zero),
+  which is what LlamaGen's released weights were trained with
+  (``GPTConfig.prefix_rope = "zero"``); ``"identity"`` keeps the caption keys' content and
+  is what the shipped emoji weights use (``assets/emoji/*/config.json``).
 
 Module names follow the HF-style layout (``embed_tokens``, ``layers.i.self_attn.q_proj``,
 ``mlp.gate_proj``, ``input_layernorm``, ...) so that our ``state_dict`` is the
@@ -61,7 +57,7 @@ Each of these gives bit-identical results to the separate operations (tested). T
 from __future__ import annotations
 
 import dataclasses
-import functools
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -70,9 +66,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .compiled_pass import compiled_one_token_pass
+from .compiled_pass import compiled_one_token_pass, mark_capacity, one_token_inputs
 from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
+from .rope import prefix_rope, qkv_rotation, rope_for_positions, rotate, rotation_for_positions
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GPTConfig",
@@ -83,13 +82,6 @@ __all__ = [
     "MLP",
     "Block",
     "CaptionEmbedder",
-    "rope_table",
-    "prefix_rope",
-    "rope_for_positions",
-    "rotation_for_positions",
-    "qkv_rotation",
-    "rotate",
-    "apply_rope",
     "prepare_caption",
     "prepare_caption_batch",
 ]
@@ -211,96 +203,6 @@ def prepare_caption(cond: Any, prefix_len: int) -> tuple[Tensor | None, Tensor |
         raise ValueError(f"caption embedding must be [L, C] or [1, L, C] (one caption per prefill), got {tuple(emb.shape)}")
     e, m = prepare_caption_batch(emb[None], None if mask is None else mask[None], prefix_len)
     return e[0], None if m is None else m[0]
-
-
-# --------------------------------------------------------------------------- RoPE
-
-
-@functools.lru_cache(maxsize=16)
-@torch.inference_mode(False)  # a normal tensor even when first asked for inside inference mode
-def _rope_table_cached(grid: int, head_dim: int, base: float, device: str) -> Tensor:
-    half = head_dim // 2
-    # LlamaGen: freqs = 1 / base^(arange(0, half, 2)[:half//2] / half), in float32
-    inv = 1.0 / (base ** (torch.arange(0, half, 2)[: half // 2].float() / half))
-    t = torch.arange(grid)
-    f = torch.outer(t, inv)  # [grid, head_dim/4]
-    f2 = torch.cat([f[:, None, :].expand(-1, grid, -1),  # rotates with the row
-                    f[None, :, :].expand(grid, -1, -1)], dim=-1)  # with the column
-    table = torch.stack([torch.cos(f2), torch.sin(f2)], dim=-1).flatten(0, 1)  # [grid^2, half, 2]
-    # one extra all-zero row: where positions outside the image are looked up
-    return torch.cat([table, table.new_zeros(1, half, 2)]).to(device)
-
-
-@functools.lru_cache(maxsize=16)
-@torch.inference_mode(False)
-def _rotation_table_cached(grid: int, head_dim: int, base: float, device: str) -> Tensor:
-    return qkv_rotation(_rope_table_cached(grid, head_dim, base, device))
-
-
-def rope_table(grid: int, head_dim: int, base: float = 10000.0, device: torch.device | str = "cpu") -> Tensor:
-    """float32 [grid*grid, head_dim/2, 2] (cos, sin) for image positions in raster order."""
-    return _rope_table_cached(grid, head_dim, float(base), str(torch.device(device)))[:-1]
-
-
-def _table_rows(positions: Tensor, n: int) -> Tensor:
-    """Row of a position table with ``n`` image rows plus a zero row: ``positions`` [T] inside
-    ``0 .. n-1`` map to themselves, every other position to the zero row ``n``."""
-    positions = positions.long()
-    return torch.where((positions >= 0) & (positions < n), positions, n)
-
-
-def rope_for_positions(cfg: GPTConfig, positions: Tensor, n_prefix: int = 0) -> Tensor:
-    """float32 [n_prefix + T, head_dim/2, 2]: :func:`prefix_rope` for ``n_prefix`` prefix entries, then image positions.
-
-    Positions outside ``0 .. grid*grid-1`` get zeros (no error).
-    """
-    table = _rope_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(positions.device))
-    r = table[_table_rows(positions, table.shape[0] - 1)]
-    if n_prefix:
-        r = torch.cat([prefix_rope(cfg, n_prefix, r.device), r], dim=0)
-    return r
-
-
-def rotation_for_positions(cfg: GPTConfig, positions: Tensor) -> Tensor:
-    """complex64 [T, 3, 1, head_dim/2]: ``qkv_rotation(rope_for_positions(cfg, positions))`` by one lookup
-    in a table built once (what a decode pass uses)."""
-    table = _rotation_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(positions.device))
-    return table[_table_rows(positions, table.shape[0] - 1)]
-
-
-def prefix_rope(cfg: GPTConfig, n: int, device: torch.device | str) -> Tensor:
-    """float32 [n, head_dim/2, 2] rotary table of ``n`` prefix entries (see ``GPTConfig.prefix_rope``).
-
-    "zero" (LlamaGen): cos = sin = 0, so prefix queries and keys are zero and every query gives
-    every valid prefix key the attention logit 0. "identity": cos = 1, sin = 0, so prefix keys
-    keep their content and image queries can attend to individual caption tokens.
-    """
-    r = torch.zeros(n, cfg.head_dim // 2, 2, device=device)
-    if cfg.prefix_rope == "identity":
-        r[..., 0] = 1.0
-    return r
-
-
-def qkv_rotation(rope: Tensor) -> Tensor:
-    """complex64 [T, 3, 1, hd/2]: ``rope`` [T, hd/2, 2] (cos, sin) as ``cos + i sin`` for q and k,
-    and 1 for v, so that one complex multiply rotates a fused [q | k | v] projection
-    ``[B, T, 3, H, hd]`` (v times 1 is exactly v)."""
-    r = torch.view_as_complex(rope.float().contiguous())
-    return torch.stack([r, r, torch.ones_like(r)], dim=1)[:, :, None]
-
-
-def rotate(x: Tensor, rotation: Tensor) -> Tensor:
-    """Rotate interleaved pairs ``(2m, 2m+1)`` of ``x [..., hd]`` by complex ``rotation``
-    (broadcastable to ``[..., hd/2]``), computed in float32: ``(x0 cos - x1 sin, x1 cos + x0 sin)``,
-    bit for bit (a complex product rounds each of these four products and one sum, as the
-    real formula does)."""
-    xc = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
-    return torch.view_as_real(xc * rotation).flatten(-2).type_as(x)
-
-
-def apply_rope(x: Tensor, rope: Tensor) -> Tensor:
-    """x [B, T, H, hd]; rope [T, hd/2, 2] float32; interleaved pairs, computed in float32."""
-    return rotate(x, torch.view_as_complex(rope.float().contiguous())[None, :, None])
 
 
 # --------------------------------------------------------------------------- layers
@@ -502,6 +404,11 @@ class GPT(nn.Module):
         self._one_token = compiled_one_token_pass()
         return True
 
+    @property
+    def one_token_compiled(self) -> bool:
+        """Whether passes of one token per row run compiled (``compile_one_token``)."""
+        return self._one_token is not None
+
     @torch.no_grad()
     def prefill(self, cond: Any, rows: int, max_tokens: int) -> Prefix:
         """Reset the cache and run the prefix. cond: see the module docstring; rows 1 or 2."""
@@ -537,12 +444,8 @@ class GPT(nn.Module):
             layer.prepare_decode()
             h = layer(h, rotation, attn_mask, kv=self.cache.layer(i), offset=0)
         if self._one_token is not None:
-            self._one_token_inputs = dict(
-                rope=_rope_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(self.device)),
-                embed=self.embed_tokens.weight.detach(), kv=self.cache.kv, valid=self.cache.valid_keys(),
-                layers=[(*b.self_attn._decode, *b.mlp._decode, b.input_layernorm.weight.detach(),
-                         b.post_attention_layernorm.weight.detach()) for b in self.layers],
-                norm=self.norm.weight.detach(), head=self._decode_head, n_head=cfg.n_head, eps=cfg.norm_eps)
+            self._one_token_inputs = one_token_inputs(self)
+            mark_capacity(self._one_token_inputs["valid"], self.cache.kv)
         hidden = self.norm(h)
         logits = stacked_linear(hidden[:, -1], self._decode_head).float()
         return Prefix(logits=logits, hidden=hidden, embeds=embeds)
@@ -563,10 +466,16 @@ class GPT(nn.Module):
         attn_mask = c.step_mask(mask, T)
         offset = c.prefix + c.length
         if self._one_token_inputs and T == 1 and mask is None and tokens.dim() == 1:
-            logits, hidden = self._one_token(tokens, positions.to(self.device).reshape(1),
-                                             torch.tensor([offset], device=self.device), **self._one_token_inputs)
-            c.length += 1
-            return logits, hidden
+            try:
+                logits, hidden = self._one_token(tokens, positions.to(self.device).reshape(1),
+                                                 torch.tensor([offset], device=self.device), offset + 1,
+                                                 **self._one_token_inputs)
+            except Exception:  # compiling a new shape failed (it fails before running): eager from now on
+                logger.exception("the compiled one-token pass failed; decoding stays eager")
+                self.compile_one_token(False)
+            else:
+                c.length += 1
+                return logits, hidden
         rotation = rotation_for_positions(self.cfg, positions.to(self.device).reshape(-1))
         h = self.embed_tokens(tokens)
         h = h.expand(c.rows, T, -1) if tokens.dim() == 1 else h

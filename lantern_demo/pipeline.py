@@ -124,22 +124,19 @@ class LanternPipeline:
 
     def compile(self) -> float | None:
         """Turn on the target's compiled one-token pass (``GPT.compile_one_token``: CPUs only) and
-        compile it now, for the guided rows (2) of this pipeline's image size, so that no request
-        waits for it (rows = 1, guidance off, compiles at its first use). Returns the seconds it
-        took, or None when it does not apply here or fails (the eager pass then stays; logged)."""
+        compile it now, for guided (2 rows) and unguided (1 row) decoding, so that no request
+        waits for it. Returns the seconds it took, or None when it does not apply here or fails
+        (the eager pass then stays; logged)."""
         with self._lock:
             if not self.target.compile_one_token():
                 return None
             t0 = time.perf_counter()
-            try:
-                with torch.inference_mode():
-                    self.target.prefill(None, 2, self.num_tokens)
-                    self.target.forward(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
-            except Exception:  # no C++ compiler, an inductor limit: decoding works as before, only slower
-                logger.exception("compiling the one-token pass failed; decoding stays eager")
-                self.target.compile_one_token(False)
-                return None
-            return time.perf_counter() - t0
+            with torch.inference_mode():  # per rows: the graph for a first length, then the one for any length
+                for rows in (2, 1):
+                    self.target.prefill(None, rows, self.num_tokens)
+                    for t in range(2):
+                        self.target.forward(torch.zeros(1, dtype=torch.long), torch.tensor([t]))
+            return time.perf_counter() - t0 if self.target.one_token_compiled else None
 
     def check(self, config: DecodeConfig) -> None:
         """Raise ValueError for settings out of range (``DecodeConfig.validate``, k up to this

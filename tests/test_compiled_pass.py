@@ -77,7 +77,7 @@ def test_decoding_with_the_compiled_pass_gives_the_same_tokens(pair):
 def test_only_a_float32_cpu_target_compiles():
     target, _, _ = tiny_random_pair(seed=1, grid=4)
     assert not target.to(torch.bfloat16).compile_one_token()
-    assert target._one_token is None
+    assert not target.one_token_compiled
 
 
 def test_pipeline_compiles_at_launch_and_stays_eager_where_it_cannot(monkeypatch):
@@ -92,7 +92,7 @@ def test_pipeline_compiles_at_launch_and_stays_eager_where_it_cannot(monkeypatch
 
     monkeypatch.setattr(gpt_module, "compiled_one_token_pass", no_compiler)
     assert pipe.compile() is None
-    assert pipe.target._one_token is None
+    assert not pipe.target.one_token_compiled
     assert torch.equal(pipe("red", config).tokens, eager)
     monkeypatch.undo()
     seconds = pipe.compile()

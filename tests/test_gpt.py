@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from _models_fixtures import tiny_drafter, tiny_gpt
-from lantern_demo.gpt import Caption, apply_rope, prepare_caption, rope_for_positions, rope_table
+from lantern_demo.gpt import Caption, prepare_caption
+from lantern_demo.rope import apply_rope, rope_for_positions, rope_table
 
 ATOL = 1e-4
 N = 10  # image tokens used in the tests (grid 4 -> up to 16)
@@ -75,7 +76,7 @@ def test_left_padding_and_explicit_mask_agree():
 
 def _prefix_logits(m, emb, attend):
     """Next-token logits [V] after a prefix emb [P, C] with attention mask ``attend`` [P, P] (True = attend)."""
-    from lantern_demo.gpt import prefix_rope, qkv_rotation
+    from lantern_demo.rope import prefix_rope, qkv_rotation
 
     with torch.no_grad():
         h = m.cls_embedding.cap_proj(emb[None])

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from _models_fixtures import tiny_drafter, tiny_gpt
-from lantern_demo.gpt import GPT, apply_rope, qkv_rotation, rope_for_positions, rotate, rotation_for_positions
+from lantern_demo.gpt import GPT
+from lantern_demo.rope import apply_rope, qkv_rotation, rope_for_positions, rotate, rotation_for_positions
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

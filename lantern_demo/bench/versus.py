@@ -60,7 +60,7 @@ def _app_configs() -> dict[str, Any]:
 
 
 def _old_app_configs() -> dict[str, Any]:
-    """``_app_configs`` for a tree from before ``presets.py``."""
+    """``_app_configs`` for a tree from before ``presets.py``, with today's drafting shapes."""
     from lantern_demo import engine, sampling as sampling_mod, ui
 
     d = {**ui.DEFAULTS, **ui.PRESET_DEFAULTS["emoji"]}
@@ -71,7 +71,10 @@ def _old_app_configs() -> dict[str, Any]:
                   init=d["init"], coupled=bool(d["coupled"]), sampling=sampling)
     out = {}
     for m in engine.METHODS:
-        draft = None if m in engine.DRAFTER_FREE else ui.AUTO_DRAFT[m] if d["draft"] == "auto" else d["draft"]
+        # EAGLE-2 and LANTERN++ draft one shape each today (a tree, a static tree), where the old page let
+        # the preset's chain override them: run the old code with today's shapes, so both trees decode alike
+        fixed = m in ("eagle", "lantern++") or d["draft"] == "auto"
+        draft = None if m in engine.DRAFTER_FREE else ui.AUTO_DRAFT[m] if fixed else d["draft"]
         out[m] = engine.DecodeConfig(m, draft=draft, delta=float(d["delta"]), k=int(d["k"]), lam=float(d["lam"]),
                                      **common)
     return out
