@@ -463,9 +463,8 @@ class GPT(nn.Module):
         T = tokens.shape[-1]
         if tokens.dim() == 2 and tokens.shape[0] != c.rows:
             raise ValueError(f"tokens must be [T] or [{c.rows}, T], got {tuple(tokens.shape)}")
-        attn_mask = c.step_mask(mask, T)
         offset = c.prefix + c.length
-        if self._one_token_inputs and T == 1 and mask is None and tokens.dim() == 1:
+        if self._one_token_inputs and T == 1 and mask is None and tokens.dim() == 1 and c.length < c.capacity:
             try:
                 logits, hidden = self._one_token(tokens, positions.to(self.device).reshape(1),
                                                  torch.tensor([offset], device=self.device), offset + 1,
@@ -476,6 +475,7 @@ class GPT(nn.Module):
             else:
                 c.length += 1
                 return logits, hidden
+        attn_mask = c.step_mask(mask, T)
         rotation = rotation_for_positions(self.cfg, positions.to(self.device).reshape(-1))
         h = self.embed_tokens(tokens)
         h = h.expand(c.rows, T, -1) if tokens.dim() == 1 else h
