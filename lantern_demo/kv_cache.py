@@ -5,8 +5,9 @@ KV cache: ``GPT.prefill`` (and ``Drafter.prefill``) allocates a :class:`KVCache`
 the prefix; each ``forward`` appends image entries after ``length``; ``keep`` compacts every
 layer. A buffer per layer (not one for all layers) is what lets the compiled one-token pass
 (``lantern_demo.compiled_pass``) write each layer's buffer in place: views of one shared
-buffer given to a compiled graph would make it copy the whole buffer at every pass. Prefix keys of padded caption positions are masked for every
-query but their own (:func:`train_attention_mask`, also what training uses).
+buffer given to a compiled graph would make it copy the whole buffer at every pass. Prefix
+keys of padded caption positions are masked for every query but their own
+(:func:`train_attention_mask`, also what training uses).
 
 Decoding weights (the per-pass cost of a small model on a CPU is mostly operator calls,
 not arithmetic): a layer's bias-free linears that read the same input run as ONE matmul
