@@ -97,14 +97,6 @@ def page_defaults(client) -> dict[str, Any]:
     return {p["parameter_name"]: p["parameter_default"] for p in params if p.get("parameter_has_default")}
 
 
-def _carries_image(output: Any) -> bool:
-    """Whether an /generate message's image output holds an image: a file path, or an update
-    (``gr.update(value=..., label=...)``, as the first frame sends) whose value is one."""
-    if isinstance(output, dict):
-        output = output.get("value")
-    return isinstance(output, str)
-
-
 def time_method(client, values: dict[str, Any], repeats: int) -> list[dict[str, float]]:
     """One warm-up run, then ``repeats`` timed runs of /generate with ``values`` (a row each)."""
     image_at, stats_at = OUTPUT_NAMES.index("image"), OUTPUT_NAMES.index("stats")
@@ -114,7 +106,7 @@ def time_method(client, values: dict[str, Any], repeats: int) -> list[dict[str, 
         job = client.submit(*[values[n] for n in INPUT_NAMES], api_name="/generate")
         first = None
         for out in job:
-            if first is None and _carries_image(out[image_at]):
+            if first is None and isinstance(out[image_at], str):
                 first = time.perf_counter() - t_click
         final = job.result()
         t_final = time.perf_counter() - t_click

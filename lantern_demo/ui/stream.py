@@ -173,23 +173,20 @@ def _generate(req: Request, cache: dict | None, alive: Callable[[], bool]) -> It
                + (f" vs {base_label} ({describe(req.baseline)})" if req.baseline else ""))
     reuse = bool(req.baseline and cache and cache.get("key") == _baseline_key(req))
     base_value = cache["run"].image if reuse else None
-    # what the page resets for a new run travels with the first frame (right after the prefill):
-    # a message of its own would cost a Gradio round trip before the engine starts
-    opening: dict[str, Any] = {
-        "baseline_image": gr.update(value=base_value, label=image_label(base_label, req.baseline)
-                                    if req.baseline else "Baseline (none)"),
-        "compare": None, "table": plots.stats_table([]), "seed": req.seed, "notice": notice}
+    yield _outputs(image=gr.update(label=image_label(main_label, req.config)),
+                   baseline_image=gr.update(value=base_value, label=image_label(base_label, req.baseline)
+                                            if req.baseline else "Baseline (none)"),
+                   compare=None, table=plots.stats_table([]), seed=req.seed, notice=notice,
+                   log=log.text())
     shown: dict[str, Any] = {"baseline_image": base_value, "seed": req.seed, "notice": notice}
 
-    main = None
+    main, noticed = None, False
     for main, frame in _stream_run(req, req.config, main_label, "method", log, {}, t_click, alive):
-        if opening:
-            frame = {**opening, **frame, "image": gr.update(value=frame["image"], label=image_label(main_label, req.config))}
-            opening = {}
-            if main.notices:  # prompt notices (cut, unknown words)
-                for message in main.notices:
-                    gr.Warning(message)
-                frame["notice"] = "\n\n".join(filter(None, [notice, prompt_notice(main.reading, main.notices)]))
+        if not noticed and main.notices:  # the first frame: prompt notices (cut, unknown words)
+            noticed = True
+            for message in main.notices:
+                gr.Warning(message)
+            frame["notice"] = "\n\n".join(filter(None, [notice, prompt_notice(main.reading, main.notices)]))
         shown.update(frame)
         yield _outputs(**frame)
     assert main is not None
