@@ -87,7 +87,8 @@ def one_token_inputs(gpt: Any) -> dict[str, Any]:
 
 def mark_capacity(valid: Tensor, kv: Sequence[Tensor]) -> None:
     """Mark the capacity S of a cache's ``valid`` [R, S] and K/V buffers as dynamic, so that one
-    graph serves every capacity (the engine sizes the cache per method)."""
+    graph serves every capacity (the engine sizes the cache per method). Called once compiling
+    is on (:func:`compiled_one_token_pass` has imported ``torch._dynamo``)."""
     torch._dynamo.mark_dynamic(valid, 1)
     for buf in kv:
         torch._dynamo.mark_dynamic(buf, 3)
