@@ -50,7 +50,9 @@ autograd's bookkeeping on every operator call. Decoding keeps a ``KVCache`` and 
 by decoding copies of the weights made at ``prefill`` (both in ``lantern_demo.kv_cache``);
 each attention rotates q, k and v with ONE complex multiply (v's rotation is 1), the norms
 are one ``F.rms_norm`` call, and rotations come from a table per image position built once.
-Each of these gives bit-identical results to the separate operations (tested). Training uses
+Each of these gives bit-identical results to the separate operations (tested). After
+:meth:`GPT.compile_one_token` (CPU, float32), passes of one token per row run through the
+compiled ``compiled_pass.one_token_pass`` instead (equal to float rounding). Training uses
 :meth:`GPT.forward_train` (same modules, no cache, the live weights so that gradients flow).
 """
 
