@@ -20,6 +20,7 @@ from lantern_demo.methods import DecodeConfig
 from lantern_demo.pipeline import tiny_random_pipeline
 from lantern_demo.sampling import SamplingConfig
 from lantern_demo.tiny import tiny_random_pair
+from lantern_demo.ui.models import load_models
 
 GREEDY = SamplingConfig(cfg_scale=3.0, temperature=0.0)
 SAMPLED = SamplingConfig(cfg_scale=3.0, temperature=1.0, top_k=64)
@@ -98,3 +99,12 @@ def test_pipeline_compiles_at_launch_and_stays_eager_where_it_cannot(monkeypatch
     seconds = pipe.compile()
     assert seconds is not None and seconds > 0
     assert torch.equal(pipe("red", config).tokens, eager)
+
+
+def test_the_app_compiles_unless_told_not_to():
+    env = {"LANTERN_PRESETS": "tiny-random", "LANTERN_DEVICE": "cpu"}
+    models = load_models(env)
+    models.compile({**env, "LANTERN_COMPILE": "0"})
+    assert not models.compiled and not models.pipelines["tiny-random"].target.one_token_compiled
+    models.compile(env)
+    assert models.compiled and models.pipelines["tiny-random"].target.one_token_compiled

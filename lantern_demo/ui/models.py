@@ -35,11 +35,12 @@ class Models:
     startup_notes: list[str] = dataclasses.field(default_factory=list)
     compiled: bool = False  # compile() was called: pipelines loaded later compile their one-token pass too
 
-    def compile(self) -> None:
+    def compile(self, env: dict[str, str] | None = None) -> None:
         """Compile the one-token decode pass of every loaded pipeline (``LanternPipeline.compile``:
         CPUs only) and of those loaded later. ``app.py`` calls this at launch, not at import, which
-        stays light; ``LANTERN_COMPILE=0`` turns it off."""
-        if os.environ.get("LANTERN_COMPILE", "1").strip() == "0":
+        stays light; ``LANTERN_COMPILE=0`` (in ``env``, default the process environment) turns it off."""
+        env = dict(os.environ if env is None else env)
+        if env.get("LANTERN_COMPILE", "1").strip() == "0":
             return
         self.compiled = True
         for pipe in self.pipelines.values():
