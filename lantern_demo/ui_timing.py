@@ -8,8 +8,13 @@ OMP_NUM_THREADS included, inherited), waits until it answers, and drives it from
 this process with ``gradio_client``, so the client's work (receiving and
 decoding frames) does not compete with the engine for the server's threads.
 For each method it submits ``/generate`` with the page's opening controls (no
-baseline) and records when the first message carrying an image and the final
-message arrive. Also prints the server-side split: engine time (prefill to last
+baseline) and records when the method's image is in hand as a browser gets it: the
+first message carrying an image, then that one image fetched from its URL (first
+image); the final message, then its image fetched (final image). The client does not
+download the other pictures of a message (token map, explain map): a page fetches
+those in parallel, and a client that downloads every file of a message before
+handing it over would count them all (``first_message_s`` is the message alone).
+Also prints the server-side split: engine time (prefill to last
 token), partial VQ decodes, the pipeline's streaming work between steps, frame
 cost (building + Gradio sending) and the streaming overhead share
 ``(pipeline streaming + frames) / end-to-end`` (end-to-end: prompt encoding to final
@@ -41,6 +46,7 @@ from .ui import INPUT_NAMES, OUTPUT_NAMES
 ROOT = Path(__file__).resolve().parents[1]
 #: Columns of the table: (JSON key, heading, format).
 COLUMNS = (
+    ("first_message_s", "click -> first image message (s)", ".3f"),
     ("first_image_s", "click -> first image (s)", ".3f"),
     ("final_image_s", "click -> final image (s)", ".3f"),
     ("engine_s", "engine (s)", ".3f"),
@@ -97,23 +103,41 @@ def page_defaults(client) -> dict[str, Any]:
     return {p["parameter_name"]: p["parameter_default"] for p in params if p.get("parameter_has_default")}
 
 
+def _image_url(value: Any) -> str | None:
+    """The URL of an image output as a client made with ``download_files=False`` receives it
+    (a file-data dict), or None for an update without an image."""
+    return value.get("url") if isinstance(value, dict) else None
+
+
+def fetch(url: str) -> None:
+    """GET ``url`` and read the whole body, as a page does to show an image."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        response.read()
+
+
 def time_method(client, values: dict[str, Any], repeats: int) -> list[dict[str, float]]:
-    """One warm-up run, then ``repeats`` timed runs of /generate with ``values`` (a row each)."""
+    """One warm-up run, then ``repeats`` timed runs of /generate with ``values`` (a row each).
+    ``client``: a ``gradio_client.Client`` made with ``download_files=False``."""
     image_at, stats_at = OUTPUT_NAMES.index("image"), OUTPUT_NAMES.index("stats")
     rows = []
     for i in range(repeats + 1):
         t_click = time.perf_counter()
         job = client.submit(*[values[n] for n in INPUT_NAMES], api_name="/generate")
-        first = None
+        message = first = None
         for out in job:
-            if first is None and isinstance(out[image_at], str):
+            url = _image_url(out[image_at])
+            if first is None and url:
+                message = time.perf_counter() - t_click
+                fetch(url)
                 first = time.perf_counter() - t_click
         final = job.result()
+        fetch(_image_url(final[image_at]))
         t_final = time.perf_counter() - t_click
         main = final[stats_at]["main"]
         st = main["stats"]
         if i:  # the first run warms up
-            rows.append({"first_image_s": first, "final_image_s": t_final, "engine_s": st["wall_time"],
+            rows.append({"first_message_s": message, "first_image_s": first, "final_image_s": t_final,
+                         "engine_s": st["wall_time"],
                          "nfe": st["nfe"], "partial_decodes_s": st["decode_time"],
                          "decode_share": st["decode_time"] / st["end_to_end_time"], "stream_s": st["stream_time"],
                          "frames_s": st["ui_time"], "frames": main["frames"], "stream_overhead": st["stream_overhead"]})
@@ -140,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         wait_until_up(server, url, log_path, args.start_timeout)
         startup = time.perf_counter() - t0
-        client = Client(url, verbose=False)
+        client = Client(url, verbose=False, download_files=False)
         defaults = page_defaults(client)
         model = defaults["model"]
         print(f"app (separate process) on {url}, preset {model}; start-up (spawn -> page answers: imports, "
