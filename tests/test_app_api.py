@@ -235,6 +235,17 @@ def test_two_concurrent_clients_both_finish_correctly(server):
         assert sum(stats["main"]["accepted_per_step"]) == 256 and stats["baseline"]["stats"]["nfe"] == 256
 
 
+def test_runs_queue_one_at_a_time_with_the_configured_waiting_room(server):
+    import app
+
+    queue = app.demo._queue  # Gradio's queue as app.py configured it (LANTERN_QUEUE_SIZE, default 16)
+    assert queue.max_size == int(os.environ.get("LANTERN_QUEUE_SIZE", "16"))
+    generate = [fn for fn in app.demo.fns.values() if fn.api_name == "generate"]
+    assert len(generate) == 1
+    limit = generate[0].concurrency_limit
+    assert (queue.default_concurrency_limit if limit == "default" else limit) == 1
+
+
 def test_cancelled_run_leaves_the_app_healthy(client):
     expected = client.predict(*_args(seed=31, baseline="none"), api_name="/generate")
     job = client.submit(*_args(seed=32, method="eagle", depth=5, branching=6, tree_tokens=40),
