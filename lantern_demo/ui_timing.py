@@ -147,7 +147,8 @@ def time_method(client, values: dict[str, Any], repeats: int) -> list[dict[str, 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default=None, help="preset to time (default: the app's default: emoji if present)")
-    ap.add_argument("--methods", default="lantern,ar", help="comma-separated methods")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated methods (default: the page's default method, then ar)")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per method (at least 5), after a warm-up")
     ap.add_argument("--prompt", default="red heart")
     ap.add_argument("--start-timeout", type=float, default=600.0, help="seconds to wait for the app to answer")
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("|---|" + "---|" * len(COLUMNS))
         result: dict[str, Any] = {"url": url, "preset": model, "prompt": args.prompt, "repeats": args.repeats,
                                   "startup_s": startup, "threads_env": os.environ.get("OMP_NUM_THREADS"), "methods": {}}
-        for method in args.methods.split(","):
+        methods = args.methods.split(",") if args.methods else list(dict.fromkeys([defaults["method"], "ar"]))
+        for method in methods:
             values = {**defaults, "prompt": args.prompt, "method": method, "baseline": "none"}
             rows = time_method(client, values, args.repeats)
             med = {k: statistics.median(r[k] for r in rows) for k, _, _ in COLUMNS}

@@ -27,8 +27,8 @@ DONE = ("() => { const t = document.querySelector('#log textarea').value;"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--prompt", default="smiling face with sunglasses")
-    ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument("--prompt", default="grinning face with big eyes")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots" / "main.png")
     ap.add_argument("--height", type=int, default=1500, help="px of the page kept from the top")
     a = ap.parse_args()

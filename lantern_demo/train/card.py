@@ -50,14 +50,15 @@ _SJD = dict(window=int(EMOJI_SETTINGS["window"]), init=str(EMOJI_SETTINGS["init"
 #: (label, DecodeConfig fields) measured for the card; each relaxed row follows its exact counterpart.
 SPEC_SETTINGS = (
     ("sd chain", dict(method="sd", **_CHAIN)),
-    ("lantern chain (app default)", dict(method="lantern", delta=DELTA, k=K, **_CHAIN)),
+    ("lantern chain", dict(method="lantern", delta=DELTA, k=K, **_CHAIN)),
     ("sjd coupled", dict(method="sjd", **_SJD)),
     ("sjd+lantern coupled", dict(method="sjd+lantern", delta=DELTA, k=K, **_SJD)),
     ("lantern chain d0.1", dict(method="lantern", delta=0.1, k=K, **_CHAIN)),
     ("lantern chain d0.25", dict(method="lantern", delta=0.25, k=K, **_CHAIN)),
 )
-#: The app's default method for this model (a ``SPEC_SETTINGS`` label).
-DEFAULT_SETTING = "lantern chain (app default)"
+#: The app's default method for this model (``presets.py``) at its default delta: a ``SPEC_SETTINGS`` label.
+DEFAULT_SETTING = next(label for label, fields in SPEC_SETTINGS
+                       if fields["method"] == EMOJI_SETTINGS["method"] and fields.get("delta", DELTA) == DELTA)
 
 
 @torch.no_grad()
@@ -271,7 +272,7 @@ def _measurements(m: dict) -> str:
 | GPT held-out / training NLL | {_num(gpt.get('heldout_nll'))} / {_num(gpt.get('train_nll'))} nats per token |
 | Drafter top-1 agreement, held-out | {_num(dr.get('heldout_top1_agreement'))} |
 | Mean top-1 probability while sampling, all tokens / not background | {_num(card.get('mean_top1_probability'))} / {_num(card.get('mean_top1_probability_foreground'))} |
-| LANTERN / SD tokens per pass (chain, same prompts and seeds) | {ratio('lantern chain (app default)', 'sd chain')} |
+| LANTERN / SD tokens per pass (chain, same prompts and seeds) | {ratio('lantern chain', 'sd chain')} |
 | SJD+LANTERN / coupled SJD tokens per pass | {ratio('sjd+lantern coupled', 'sjd coupled')} |
 | Recognised, {rec.get('n', 'n/a')} known emojis (AR sampled / greedy / {rec.get('relaxed_setting', 'relaxed')}; ceiling: real {rec.get('held_style', '')} renditions; chance {_num(rec.get('chance'), '.0f')}) | {rec.get('sampled', 'n/a')} / {rec.get('greedy', 'n/a')} / {rec.get('relaxed', 'n/a')} (ceiling {rec.get('real_images', 'n/a')}) |
 | Diversity: mean pairwise evaluation-feature distance, samples of one prompt / real renditions of one emoji | {_num(div.get('samples'))} / {_num(div.get('real_renditions'))} |
