@@ -24,18 +24,18 @@ the real-valued form of the eager complex product and the attention sums in anot
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .rope import padded_rope_table
 
-__all__ = ["one_token_pass", "one_token_inputs", "mark_capacity", "compiled_one_token_pass"]
+__all__ = ["one_token_pass", "mark_capacity", "compiled_one_token_pass"]
 
 #: Per layer: (w_qkv [D, 3D], w_o [D, D], w_gate_up [D, 2F], w_down [F, D], norm1 [D], norm2 [D]),
-#: the K-major decoding weights of ``kv_cache.decode_weight`` and the two RMSNorm weights.
+#: the K-major decoding weights of ``kv_cache.decode_weight`` and the two RMSNorm weights
+#: (``gpt.Block.decoding_weights``).
 LayerWeights = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
@@ -72,17 +72,6 @@ def one_token_pass(token: Tensor, position: Tensor, slot: Tensor, length: int, v
         h = h + (F.silu(gate) * up) @ w_down
     hidden = F.rms_norm(h, (D,), norm, eps)
     return hidden @ head, hidden
-
-
-def one_token_inputs(gpt: Any) -> dict[str, Any]:
-    """The inputs of :func:`one_token_pass` that stay fixed until the next prefill, taken from a
-    ``GPT`` right after its prefill (its cache, the decoding weights made there)."""
-    cfg = gpt.cfg
-    return dict(valid=gpt.cache.valid_keys(), rope=padded_rope_table(cfg, gpt.device),
-                embed=gpt.embed_tokens.weight.detach(), kv=gpt.cache.kv,
-                layers=[(*b.self_attn._decode, *b.mlp._decode, b.input_layernorm.weight.detach(),
-                         b.post_attention_layernorm.weight.detach()) for b in gpt.layers],
-                norm=gpt.norm.weight.detach(), head=gpt._decode_head, n_head=cfg.n_head, eps=cfg.norm_eps)
 
 
 def mark_capacity(valid: Tensor, kv: Sequence[Tensor]) -> None:

@@ -68,10 +68,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .compiled_pass import compiled_one_token_pass, mark_capacity, one_token_inputs
+from .compiled_pass import LayerWeights, compiled_one_token_pass, mark_capacity
 from .kv_cache import KVCache, decode_weight, stacked_linear, train_attention_mask
 from .protocol import Prefix
-from .rope import prefix_rope, qkv_rotation, rope_for_positions, rotate, rotation_for_positions
+from .rope import padded_rope_table, prefix_rope, qkv_rotation, rope_for_positions, rotate, rotation_for_positions
 
 logger = logging.getLogger(__name__)
 
@@ -312,6 +312,11 @@ class Block(nn.Module):
         self.self_attn.prepare_decode()
         self.mlp.prepare_decode()
 
+    def decoding_weights(self) -> LayerWeights:
+        """The weights :meth:`prepare_decode` made, with the two norms', in ``compiled_pass`` order."""
+        return (*self.self_attn._decode, *self.mlp._decode, self.input_layernorm.weight.detach(),
+                self.post_attention_layernorm.weight.detach())
+
     def forward(self, x: Tensor, rotation: Tensor, mask: Tensor | None = None, causal: bool = False,
                 kv: Tensor | None = None, offset: int = 0) -> Tensor:
         """x [B, T, D]; see :meth:`Attention.forward`. With ``kv`` the block decodes with the
@@ -411,6 +416,18 @@ class GPT(nn.Module):
         """Whether passes of one token per row run compiled (``compile_one_token``)."""
         return self._one_token is not None
 
+    def _one_token_pass_inputs(self) -> dict[str, Any]:
+        """The inputs of ``compiled_pass.one_token_pass`` that stay fixed until the next prefill:
+        this cache's buffers (capacity marked dynamic) and the decoding weights made at prefill."""
+        cfg, cache = self.cfg, self.cache
+        assert cache is not None
+        inputs = dict(valid=cache.valid_keys(), rope=padded_rope_table(cfg, self.device),
+                      embed=self.embed_tokens.weight.detach(), kv=cache.kv,
+                      layers=[b.decoding_weights() for b in self.layers], norm=self.norm.weight.detach(),
+                      head=self._decode_head, n_head=cfg.n_head, eps=cfg.norm_eps)
+        mark_capacity(inputs["valid"], cache.kv)
+        return inputs
+
     @torch.no_grad()
     def prefill(self, cond: Any, rows: int, max_tokens: int) -> Prefix:
         """Reset the cache and run the prefix. cond: see the module docstring; rows 1 or 2."""
@@ -446,8 +463,7 @@ class GPT(nn.Module):
             layer.prepare_decode()
             h = layer(h, rotation, attn_mask, kv=self.cache.layer(i), offset=0)
         if self._one_token is not None:
-            self._one_token_inputs = one_token_inputs(self)
-            mark_capacity(self._one_token_inputs["valid"], self.cache.kv)
+            self._one_token_inputs = self._one_token_pass_inputs()
         hidden = self.norm(h)
         logits = stacked_linear(hidden[:, -1], self._decode_head).float()
         return Prefix(logits=logits, hidden=hidden, embeds=embeds)
