@@ -92,8 +92,9 @@ RECOMPILE_LIMIT = 64
 def compiled_one_token_pass() -> Callable[..., tuple[Tensor, Tensor]]:
     """:func:`one_token_pass` under ``torch.compile`` (inductor; compiled at its first calls, some
     seconds on a CPU). Called when compiling is turned on, not at start-up: ``torch.compile``
-    imports ``torch._dynamo``."""
+    imports ``torch._dynamo``. Inductor's C++ wrapper calls the graph's kernels and matmuls from
+    C++ instead of generated Python: a pass this small is still partly call overhead."""
     import torch._dynamo
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-    return torch.compile(one_token_pass, fullgraph=True)
+    return torch.compile(one_token_pass, fullgraph=True, options={"cpp_wrapper": True})
