@@ -14,6 +14,9 @@ image); the final message, then its image fetched (final image). The client does
 download the other pictures of a message (token map, explain map): a page fetches
 those in parallel, and a client that downloads every file of a message before
 handing it over would count them all (``first_message_s`` is the message alone).
+With ``--browser`` the page itself is timed too: Debian's chromium (Playwright) opens
+it, and for the page's default method the time from the click on Generate to the
+method's first image loaded in the page is recorded (``browser``).
 Also prints the server-side split: engine time (prefill to last
 token), partial VQ decodes, the pipeline's streaming work between steps, frame
 cost (building + Gradio sending) and the streaming overhead share
@@ -144,6 +147,41 @@ def time_method(client, values: dict[str, Any], repeats: int) -> list[dict[str, 
     return rows
 
 
+#: The browser test's chromium; its first image is the first ``load`` of an image in the method's output.
+CHROMIUM = "/usr/bin/chromium"
+_WATCH_LOADS = """() => {
+  window.__loads = [];
+  document.querySelector('#main-image').addEventListener('load', e => {
+    if (e.target.tagName === 'IMG') window.__loads.push(performance.now()); }, true);
+}"""
+_CLICK = """() => { window.__loads = []; document.querySelector('#log textarea').value = '';
+  const t = performance.now(); document.querySelector('#generate-btn').click(); return t; }"""
+_DONE = "() => window.__loads.length > 0 && document.querySelector('#log textarea').value.includes('speed-up')"
+
+
+def time_in_browser(url: str, prompt: str, repeats: int) -> list[float]:
+    """Seconds from a click on Generate to the first image of the page's default method loaded in
+    chromium, with the page's opening controls; one warm-up run, then ``repeats`` timed runs."""
+    from playwright.sync_api import sync_playwright
+
+    firsts = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1300})
+        page.set_default_timeout(120_000)
+        page.goto(url)
+        page.wait_for_selector("#prompt textarea")
+        page.fill("#prompt textarea", prompt)
+        page.evaluate(_WATCH_LOADS)
+        for i in range(repeats + 1):
+            t_click = page.evaluate(_CLICK)
+            page.wait_for_function(_DONE, polling=50)
+            if i:  # the first run warms up
+                firsts.append((page.evaluate("() => window.__loads[0]") - t_click) / 1000)
+        browser.close()
+    return firsts
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default=None, help="preset to time (default: the app's default: emoji if present)")
@@ -153,6 +191,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--prompt", default="red heart")
     ap.add_argument("--start-timeout", type=float, default=600.0, help="seconds to wait for the app to answer")
     ap.add_argument("--json", type=Path, default=ROOT / "artifacts" / "ui_timing.json")
+    ap.add_argument("--browser", action="store_true",
+                    help=f"also time the first image of the page's default method in {CHROMIUM} (Playwright)")
     args = ap.parse_args(argv)
     if args.repeats < 5:
         ap.error(f"--repeats must be at least 5 (medians of fewer runs are too noisy), got {args.repeats}")
@@ -181,6 +221,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             med = {k: statistics.median(r[k] for r in rows) for k, _, _ in COLUMNS}
             result["methods"][method] = {"median": med, "runs": rows}
             print(f"| {method} | " + " | ".join(format(med[k], f) for k, _, f in COLUMNS) + " |")
+        if args.browser:
+            runs = time_in_browser(url, args.prompt, args.repeats)
+            result["browser"] = {"method": defaults["method"], "first_image_s": statistics.median(runs), "runs": runs}
+            print(f"in {CHROMIUM}: click -> first image of {defaults['method']} {statistics.median(runs):.3f} s "
+                  f"(median of {args.repeats})")
     finally:
         server.terminate()
         try:

@@ -1,5 +1,6 @@
 """lantern_demo.ui_timing drives the app in a separate server process (a smoke run on tiny-random)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,11 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: The page is timed in chromium too where the browser tests can run (CI installs it).
+BROWSER = os.path.exists("/usr/bin/chromium") and importlib.util.find_spec("playwright") is not None
+
+
 def test_ui_timing_times_a_separate_server_process(tmp_path):
     out = tmp_path / "ui.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "lantern_demo.ui_timing", "--preset", "tiny-random", "--methods", "ar",
-           "--repeats", "5", "--json", str(out)]
+           "--repeats", "5", "--json", str(out)] + ["--browser"] * BROWSER
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "app (separate process)" in proc.stdout and "| ar |" in proc.stdout
@@ -25,6 +30,10 @@ def test_ui_timing_times_a_separate_server_process(tmp_path):
     runs = res["methods"]["ar"]["runs"]
     assert len(runs) == 5 and all(r["nfe"] == 256 for r in runs)
     assert all(0 < r["first_message_s"] <= r["first_image_s"] <= r["final_image_s"] and r["engine_s"] < r["final_image_s"] for r in runs)
+    if BROWSER:  # the page's default method, clicked in chromium: its first image loaded in the page
+        browser = res["browser"]
+        assert browser["method"] == "lantern" and len(browser["runs"]) == 5
+        assert all(0 < t < 60 for t in browser["runs"]) and "click -> first image of lantern" in proc.stdout
     # the server was its own process, and it was stopped: nothing answers at its address any more
     assert out.with_suffix(".server.log").exists()
     with pytest.raises(OSError):
