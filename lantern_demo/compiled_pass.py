@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .rope import table_rows
 
 __all__ = ["one_token_pass", "mark_capacity", "compiled_one_token_pass"]
 
@@ -45,7 +46,7 @@ def one_token_pass(token: Tensor, position: Tensor, slot: Tensor, length: int, v
     """Append one image token (the same in every row) and return (logits [R, 1, V], hidden [R, 1, D]).
 
     token [1] long; position [1] long, its image position (rotary row; positions outside
-    ``0 .. N-1`` get the zero row, as in ``rope.rope_for_positions``); slot [1] long, its index
+    ``0 .. N-1`` get the zero row: ``rope.table_rows``); slot [1] long, its index
     in the K/V buffers, and length = slot + 1, the entries it attends to; valid [R, S] bool
     (``KVCache.valid_keys``); rope [N + 1, hd/2, 2] float32 (cos, sin per rotary pair; the last
     row zero); embed [V, D]; kv: per layer [2 (k, v), R, H, S, hd], written at ``slot``; layers:
@@ -55,8 +56,7 @@ def one_token_pass(token: Tensor, position: Tensor, slot: Tensor, length: int, v
     visible = valid[:, :length]  # [R, L]
     hd = D // n_head
     h = embed[token].expand(R, 1, D)
-    n = rope.shape[0] - 1
-    row = torch.where((position >= 0) & (position < n), position, n)
+    row = table_rows(position, rope.shape[0] - 1)
     cos, sin = rope[row, :, 0], rope[row, :, 1]  # [1, hd/2]
     for buf, (w_qkv, w_o, w_gate_up, w_down, norm1, norm2) in zip(kv, layers):
         qkv = (F.rms_norm(h, (D,), norm1, eps) @ w_qkv).view(R, 3, n_head, hd // 2, 2)

@@ -47,7 +47,7 @@ def rope_table(grid: int, head_dim: int, base: float = 10000.0, device: torch.de
     return _rope_table_cached(grid, head_dim, float(base), str(torch.device(device)))[:-1]
 
 
-def _table_rows(positions: Tensor, n: int) -> Tensor:
+def table_rows(positions: Tensor, n: int) -> Tensor:
     """Row of a position table with ``n`` image rows plus a zero row: ``positions`` [T] inside
     ``0 .. n-1`` map to themselves, every other position to the zero row ``n``."""
     positions = positions.long()
@@ -60,7 +60,7 @@ def rope_for_positions(cfg: Any, positions: Tensor, n_prefix: int = 0) -> Tensor
     Positions outside ``0 .. grid*grid-1`` get zeros (no error).
     """
     table = _rope_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(positions.device))
-    r = table[_table_rows(positions, table.shape[0] - 1)]
+    r = table[table_rows(positions, table.shape[0] - 1)]
     if n_prefix:
         r = torch.cat([prefix_rope(cfg, n_prefix, r.device), r], dim=0)
     return r
@@ -70,7 +70,7 @@ def rotation_for_positions(cfg: Any, positions: Tensor) -> Tensor:
     """complex64 [T, 3, 1, head_dim/2]: ``qkv_rotation(rope_for_positions(cfg, positions))`` by one lookup
     in a table built once (what a decode pass uses)."""
     table = _rotation_table_cached(cfg.grid, cfg.head_dim, float(cfg.rope_base), str(positions.device))
-    return table[_table_rows(positions, table.shape[0] - 1)]
+    return table[table_rows(positions, table.shape[0] - 1)]
 
 
 def prefix_rope(cfg: Any, n: int, device: torch.device | str) -> Tensor:
