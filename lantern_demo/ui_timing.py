@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"| {method} | " + " | ".join(format(med[k], f) for k, _, f in COLUMNS) + " |")
         if args.browser:
             runs = time_in_browser(url, args.prompt, args.repeats)
-            result["browser"] = {"method": defaults["method"], "first_image_s": statistics.median(runs), "runs": runs}
-            print(f"in {CHROMIUM}: click -> first image of {defaults['method']} {statistics.median(runs):.3f} s "
+            browser = {"method": defaults["method"], "first_image_s": statistics.median(runs), "runs": runs}
+            result["browser"] = browser
+            print(f"in {CHROMIUM}: click -> first image of {browser['method']} {browser['first_image_s']:.3f} s "
                   f"(median of {args.repeats})")
     finally:
         server.terminate()

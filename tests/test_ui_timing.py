@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from lantern_demo.ui_timing import CHROMIUM
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 #: The page is timed in chromium too where the browser tests can run (CI installs it).
-BROWSER = os.path.exists("/usr/bin/chromium") and importlib.util.find_spec("playwright") is not None
+BROWSER = os.path.exists(CHROMIUM) and importlib.util.find_spec("playwright") is not None
 
 
 def test_ui_timing_times_a_separate_server_process(tmp_path):
